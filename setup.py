@@ -1,0 +1,27 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="spacy-elmo",
+    version="0.1.0",
+    description="ELMo contextual word vectors for spaCy v3: a PyTorch biLM that reads AllenNLP/bilm-tf weights",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.9",
+    packages=find_packages(exclude=["tests", "tests.*"]),
+    include_package_data=True,
+    package_data={"spacy_elmo": ["data/*", "data/**/*"]},
+    install_requires=[
+        "spacy>=3.8,<3.9",
+        "thinc>=8.3,<8.4",
+        "srsly>=2.4",
+        "numpy>=1.21",
+        "h5py>=3.0",
+        "torch>=2.1,<2.14",
+    ],
+    extras_require={"test": ["pytest>=7", "hypothesis>=6"], "plot": ["matplotlib>=3.5"]},
+    entry_points={
+        "spacy_factories": ["elmo = spacy_elmo.pipeline.component:make_elmo"],
+        "spacy_architectures": ["spacy_elmo.ElmoListener.v1 = spacy_elmo.pipeline.listener:build_elmo_listener"],
+    },
+)

@@ -1,0 +1,20 @@
+"""spacy-elmo: ELMo contextual word vectors for spaCy, on a PyTorch biLM that reads AllenNLP/bilm-tf weights."""
+from .embedder import ElmoEmbedder
+from .errors import ElmoError, ElmoOptionsError, ElmoWeightsError
+from .model.bilm import BiLm
+from .model.encoder import ElmoEncoder
+from .model.scalar_mix import ScalarMix
+from .options import ElmoOptions
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BiLm",
+    "ElmoEmbedder",
+    "ElmoEncoder",
+    "ElmoError",
+    "ElmoOptions",
+    "ElmoOptionsError",
+    "ElmoWeightsError",
+    "ScalarMix",
+]

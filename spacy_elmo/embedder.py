@@ -1,0 +1,116 @@
+"""``ElmoEmbedder``: ELMo vectors for tokenised sentences as numpy arrays, outside spaCy.
+
+Its methods follow AllenNLP 0.9's class of the same name, so existing code ports by changing
+the import. Unlike the reference it is deterministic by default: see ``initial_state`` and
+``stateful``.
+"""
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from .model.bilm import BiLmState
+from .model.encoder import ElmoEncoder
+from .weights import load_files
+from .default_model import default_model_files
+
+PathLike = Union[str, Path]
+
+DEFAULT_INITIAL_STATE = "zeros"
+
+
+class ElmoEmbedder:
+    """Embed sentences with a pretrained biLM.
+
+    options_file, weight_file: AllenNLP/bilm-tf ``options.json`` and weights ``.hdf5``; both None
+        means the English model embedded in this package.
+    initial_state: where each sentence's LSTMs start: ``"zeros"`` or ``"warm"`` (the state after a
+        fixed short text). A sentence's vectors then depend only on the sentence.
+    stateful: carry each batch row's final LSTM state into the same row of the next call, exactly
+        as AllenNLP and bilm-tf do (``reset_states()`` clears it). Results then depend on history.
+    device: torch device ("cpu", "cuda", "cuda:1", ...).
+    cache_size: number of token vectors to keep (0: no cache); ``cache_words`` pre-fills it.
+    max_batch_tokens: padded tokens per biLM batch in the stateless mode.
+    """
+
+    def __init__(
+        self,
+        options_file: Optional[PathLike] = None,
+        weight_file: Optional[PathLike] = None,
+        initial_state: str = DEFAULT_INITIAL_STATE,
+        stateful: bool = False,
+        device: Union[str, torch.device] = "cpu",
+        cache_size: int = 0,
+        cache_words: Optional[Iterable[str]] = None,
+        max_batch_tokens: int = 4096,
+    ):
+        if (options_file is None) != (weight_file is None):
+            raise ValueError("Give both options_file and weight_file, or neither (to use the embedded model)")
+        if options_file is None:
+            options_file, weight_file = default_model_files()
+        bilm = load_files(options_file, weight_file)
+        self.encoder = ElmoEncoder(bilm, initial_state=initial_state, cache_size=cache_size).to(device).eval()
+        if cache_words is not None:
+            self.encoder.fill_cache(cache_words)
+        self.stateful = stateful
+        self.max_batch_tokens = max_batch_tokens
+        self._state: Optional[BiLmState] = None
+
+    @property
+    def options(self):
+        return self.encoder.options
+
+    def reset_states(self) -> None:
+        """Forget carried state (stateful mode): the next call starts from the initial state."""
+        self._state = None
+
+    def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
+        """Layers of one sentence: float32 ``(n_layers + 1, len(sentence), 2 * projection_dim)``."""
+        return self.embed_batch([sentence])[0]
+
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
+        """Layers of each sentence, in order; see :meth:`embed_sentence`."""
+        batch = [list(s) for s in batch]
+        if not batch:
+            return []
+        with torch.inference_mode():
+            if self.stateful:
+                layers = self._embed_stateful(batch)
+            else:
+                layers = self.encoder.embed_sentences(batch, self.max_batch_tokens)
+            return [x.float().cpu().numpy() for x in layers]
+
+    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
+        """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""
+        batch: List[Sequence[str]] = []
+        for sentence in sentences:
+            batch.append(sentence)
+            if len(batch) == batch_size:
+                yield from self.embed_batch(batch)
+                batch = []
+        if batch:
+            yield from self.embed_batch(batch)
+
+    def _embed_stateful(self, batch: List[List[str]]) -> List[torch.Tensor]:
+        rows = len(batch)
+        start = self.encoder.start_state(rows)
+        if self._state is not None:
+            carried = min(rows, self._state.rows)
+            h, c = start.h.clone(), start.c.clone()
+            h[:, :, :carried] = self._state.h[:, :, :carried]
+            c[:, :, :carried] = self._state.c[:, :, :carried]
+            start = BiLmState(h, c)
+        layers, _, final = self.encoder(batch, start)
+        self._state = _merge_rows(self._state, final)
+        return [layers[:, i, : len(s)] for i, s in enumerate(batch)]
+
+
+def _merge_rows(old: Optional[BiLmState], new: BiLmState) -> BiLmState:
+    """The carried state after a call: the new rows, and older rows beyond them left as they were."""
+    if old is None or old.rows <= new.rows:
+        return new
+    h, c = old.h.clone(), old.c.clone()
+    h[:, :, : new.rows] = new.h
+    c[:, :, : new.rows] = new.c
+    return BiLmState(h, c)

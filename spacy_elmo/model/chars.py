@@ -1,0 +1,95 @@
+"""Byte-level character ids, exactly as the published ELMo models expect them.
+
+A token is its UTF-8 bytes framed by begin/end-of-word markers and padded to ``max_chars`` ids;
+every id is shifted by +1 so that 0 can mark a padding *token*. Sentence boundaries are tokens
+of their own with fixed patterns, and the literal strings ``<S>`` and ``</S>`` map to them.
+"""
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+import numpy as np
+
+BOS_CHAR = 256 + 1
+EOS_CHAR = 257 + 1
+BOW_CHAR = 258 + 1
+EOW_CHAR = 259 + 1
+PAD_CHAR = 260 + 1
+N_CHARACTERS = 262  # 256 bytes + 5 markers + the padding-token id 0
+
+BOS_TOKEN = "<S>"
+EOS_TOKEN = "</S>"
+
+
+def _boundary_ids(marker: int, max_chars: int) -> np.ndarray:
+    ids = np.full(max_chars, PAD_CHAR, dtype=np.int64)
+    ids[:3] = (BOW_CHAR, marker, EOW_CHAR)
+    return ids
+
+
+def token_bytes(token: str, max_chars: int = 50) -> bytes:
+    """The bytes of ``token`` the model sees: UTF-8, cut to ``max_chars - 2`` bytes.
+
+    Lone surrogates (which Python strings can hold but UTF-8 cannot) are kept with the
+    ``surrogatepass`` handler, so no token ever fails to encode.
+    """
+    return token.encode("utf-8", "surrogatepass")[: max_chars - 2]
+
+
+def token_to_ids(token: str, max_chars: int = 50) -> np.ndarray:
+    """The ``max_chars`` character ids of one token."""
+    if token == BOS_TOKEN:
+        return _boundary_ids(BOS_CHAR, max_chars)
+    if token == EOS_TOKEN:
+        return _boundary_ids(EOS_CHAR, max_chars)
+    data = token_bytes(token, max_chars)
+    ids = np.full(max_chars, PAD_CHAR, dtype=np.int64)
+    ids[0] = BOW_CHAR
+    ids[1 : len(data) + 1] = np.frombuffer(data, dtype=np.uint8).astype(np.int64) + 1
+    ids[len(data) + 1] = EOW_CHAR
+    return ids
+
+
+def tokens_to_ids(tokens: Iterable[str], max_chars: int = 50) -> np.ndarray:
+    """Character ids of several tokens, shape ``(n_tokens, max_chars)``."""
+    rows = [token_to_ids(t, max_chars) for t in tokens]
+    if not rows:
+        return np.zeros((0, max_chars), dtype=np.int64)
+    return np.stack(rows)
+
+
+def n_real_chars(char_ids: np.ndarray) -> np.ndarray:
+    """Per token, how many leading ids are not padding (begin/end-of-word included)."""
+    return (char_ids != PAD_CHAR).sum(axis=-1)
+
+
+class TokenBatch:
+    """A batch of sentences as indices into a table of its distinct tokens.
+
+    The biLM's token layer runs once per distinct token (word types repeat a lot within a batch);
+    ``index[b, t]`` says which row of that table sits at position ``t`` of sentence ``b``, with the
+    begin/end-of-sentence tokens added at ``0`` and ``len + 1``. Positions past a sentence's end
+    point at row ``len(types)``, which the model fills with zeros.
+    """
+
+    def __init__(self, sentences: Sequence[Sequence[str]]):
+        table: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
+        self.lengths = np.array([len(s) + 2 for s in sentences], dtype=np.int64)
+        width = int(self.lengths.max()) if len(sentences) else 2
+        rows: List[List[int]] = []
+        for sentence in sentences:
+            row = [0]
+            for token in sentence:
+                row.append(table.setdefault(token, len(table)))
+            row.append(1)
+            rows.append(row)
+        self.types: List[str] = list(table)
+        pad = len(self.types)
+        self.index = np.full((len(sentences), width), pad, dtype=np.int64)
+        for b, row in enumerate(rows):
+            self.index[b, : len(row)] = row
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.lengths)
+
+    def shape(self) -> Tuple[int, int]:
+        return self.index.shape  # type: ignore[return-value]

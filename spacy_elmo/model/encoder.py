@@ -1,0 +1,160 @@
+"""Sentences in, ELMo layers out: tokens to char ids, the token layer (with its cache), the biLM, batching."""
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from .bilm import BiLm, BiLmState
+from .chars import TokenBatch, tokens_to_ids
+from .token_cache import TokenCache
+
+# A short, plain text whose final LSTM state is the "warm" starting state (see ``ElmoEncoder``).
+WARM_UP_TEXT = (
+    "This is a short text .",
+    "It is used to put the language model in a typical state before it reads a sentence .",
+    "The weather was fine and people went about their day .",
+    "Then they came home , had dinner and talked about what had happened .",
+)
+
+INITIAL_STATES = ("zeros", "warm")
+
+
+class ElmoEncoder(nn.Module):
+    """Runs a :class:`BiLm` over tokenised sentences and returns their layers without ``<S>``/``</S>``.
+
+    ``initial_state`` says where every sentence's LSTMs start when no carried state is given:
+    ``"zeros"`` (the reference right after ``reset_states()``) or ``"warm"`` (the state left by
+    :data:`WARM_UP_TEXT`, the same for every sentence). Either way a sentence's vectors depend
+    on nothing but the sentence.
+    """
+
+    def __init__(self, bilm: BiLm, initial_state: str = "zeros", cache_size: int = 0):
+        super().__init__()
+        if initial_state not in INITIAL_STATES:
+            raise ValueError(f"initial_state must be one of {INITIAL_STATES}, found {initial_state!r}")
+        self.bilm = bilm
+        self.initial_state = initial_state
+        self.cache = TokenCache(cache_size, bilm.options.projection_dim) if cache_size > 0 else None
+        self._warm: Optional[BiLmState] = None
+
+    @property
+    def options(self):
+        return self.bilm.options
+
+    @property
+    def device(self) -> torch.device:
+        return self.bilm.w_proj.device
+
+    def _apply(self, fn, *args, **kwargs):  # moving the module moves the cache and forgets the warm state
+        result = super()._apply(fn, *args, **kwargs)
+        if self.cache is not None:
+            self.cache.vectors = fn(self.cache.vectors)
+        self._warm = None
+        return result
+
+    def weights_changed(self) -> None:
+        """Forget everything derived from the weights (call after loading or training them)."""
+        if self.cache is not None:
+            self.cache.clear()
+        self._warm = None
+
+    def token_vectors(self, types: Sequence[str]) -> torch.Tensor:
+        """Context-free vectors of distinct tokens, ``(len(types), projection_dim)``."""
+        max_chars = self.options.max_characters_per_token
+        use_cache = self.cache is not None and not (torch.is_grad_enabled() and self.bilm.w_proj.requires_grad)
+        if not use_cache:
+            return self.bilm.token_layer(self._char_ids(types, max_chars))
+        found, slots, missing = self.cache.lookup(types)
+        out = self.cache.vectors.new_empty(len(types), self.options.projection_dim)
+        if found:
+            index = torch.tensor(found, device=self.device)
+            out.index_copy_(0, index, self.cache.vectors.index_select(0, torch.tensor(slots, device=self.device)))
+        if missing:
+            new_types = [types[i] for i in missing]
+            computed = self.bilm.token_layer(self._char_ids(new_types, max_chars))
+            out.index_copy_(0, torch.tensor(missing, device=self.device), computed)
+            self.cache.add(new_types, computed)
+        return out
+
+    def _char_ids(self, types: Sequence[str], max_chars: int) -> torch.Tensor:
+        return torch.from_numpy(tokens_to_ids(types, max_chars)).to(self.device)
+
+    def fill_cache(self, words: Iterable[str], batch_size: int = 4096) -> None:
+        """Pre-fill the token cache from a word list, most frequent first, until it is full."""
+        if self.cache is None:
+            raise ValueError("This encoder has no token cache; create it with cache_size > 0")
+        batch: List[str] = []
+        with torch.inference_mode():
+            for word in words:
+                if self.cache.full:
+                    break
+                batch.append(word)
+                if len(batch) == batch_size:
+                    self.token_vectors(batch)
+                    batch = []
+            if batch and not self.cache.full:
+                self.token_vectors(batch)
+
+    def start_state(self, rows: int) -> BiLmState:
+        """The state every sentence starts from when none is carried over."""
+        if self.initial_state == "zeros":
+            return BiLmState.zeros(self.options, rows, self.bilm.w_proj)
+        if self._warm is None:
+            with torch.no_grad():
+                state = BiLmState.zeros(self.options, 1, self.bilm.w_proj)
+                for sentence in WARM_UP_TEXT:
+                    _, _, state = self.forward([sentence.split()], state)
+            self._warm = state.detach()
+        return self._warm.expand(rows)
+
+    def forward(
+        self, sentences: Sequence[Sequence[str]], state: Optional[BiLmState] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, BiLmState]:
+        """One biLM pass over a batch.
+
+        Returns ``layers`` ``(n_layers + 1, batch, max_len, 2 * projection_dim)`` (zero past each
+        sentence's end), the token ``mask`` ``(batch, max_len)`` and each row's final state.
+        """
+        batch = TokenBatch(sentences)
+        if state is None:
+            state = self.start_state(batch.batch_size)
+        table = self.token_vectors(batch.types)
+        table = torch.cat((table, table.new_zeros(1, table.shape[1])))
+        tokens = table[torch.from_numpy(batch.index).to(self.device)]
+        layers, final = self.bilm(tokens, batch.lengths.tolist(), state)
+        stacked = torch.stack(layers)[:, :, 1:-1]
+        lengths = torch.from_numpy(batch.lengths - 2).to(self.device)
+        mask = torch.arange(stacked.shape[2], device=self.device)[None, :] < lengths[:, None]
+        # The end-of-sentence row moves into the last real position of short rows; zero everything past the end.
+        stacked = stacked * mask[None, :, :, None].to(stacked.dtype)
+        return stacked, mask, final
+
+    def embed_sentences(self, sentences: Sequence[Sequence[str]], max_batch_tokens: int = 4096) -> List[torch.Tensor]:
+        """Layers of each sentence, ``(n_layers + 1, len, 2 * projection_dim)``, from the start state.
+
+        Sentences are sorted by length and cut into batches of at most ``max_batch_tokens`` padded
+        tokens, then returned in the order given.
+        """
+        results: List[Optional[torch.Tensor]] = [None] * len(sentences)
+        for batch in length_batches([len(s) for s in sentences], max_batch_tokens):
+            layers, _, _ = self.forward([sentences[i] for i in batch])
+            for row, i in enumerate(batch):
+                results[i] = layers[:, row, : len(sentences[i])]
+        return results  # type: ignore[return-value]
+
+
+def length_batches(lengths: Sequence[int], max_batch_tokens: int) -> List[List[int]]:
+    """Indices grouped by length so that each group's ``size * longest`` stays within ``max_batch_tokens``."""
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable").tolist()
+    batches: List[List[int]] = []
+    current: List[int] = []
+    for i in order:
+        longest = lengths[current[0]] + 2 if current else lengths[i] + 2
+        if current and (len(current) + 1) * longest > max_batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches

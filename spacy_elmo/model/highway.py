@@ -1,0 +1,40 @@
+"""Highway layers (Srivastava et al. 2015) in the form the ELMo weight files use."""
+import torch
+from torch import nn
+
+
+class Highway(nn.Module):
+    """``n_layers`` highway layers: ``y = c * relu(x W_t + b_t) + (1 - c) * x`` with ``c = sigmoid(x W_c + b_c)``.
+
+    Weights are kept as TensorFlow stores them (``y = x @ W``), one ``(dim, dim)`` matrix per gate, so
+    they round-trip to the hdf5 files unchanged; the two products of a layer run as one.
+    """
+
+    def __init__(self, dim: int, n_layers: int):
+        super().__init__()
+        self.dim = dim
+        self.w_carry = nn.ParameterList(nn.Parameter(torch.empty(dim, dim)) for _ in range(n_layers))
+        self.b_carry = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(n_layers))
+        self.w_transform = nn.ParameterList(nn.Parameter(torch.empty(dim, dim)) for _ in range(n_layers))
+        self.b_transform = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(n_layers))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for w in list(self.w_carry) + list(self.w_transform):
+            nn.init.normal_(w, 0.0, (1.0 / self.dim) ** 0.5)
+        for b in self.b_carry:
+            nn.init.constant_(b, -2.0)  # start close to the identity, as bilm-tf does
+        for b in self.b_transform:
+            nn.init.zeros_(b)
+
+    def __len__(self) -> int:
+        return len(self.w_carry)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for k in range(len(self)):
+            weight = torch.cat((self.w_carry[k], self.w_transform[k]), dim=1)
+            bias = torch.cat((self.b_carry[k], self.b_transform[k]))
+            carry, transform = torch.addmm(bias, x, weight).chunk(2, dim=1)
+            carry = torch.sigmoid(carry)
+            x = carry * torch.relu(transform) + (1.0 - carry) * x
+        return x

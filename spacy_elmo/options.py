@@ -1,0 +1,211 @@
+"""The biLM's hyper-parameters, read from and written to AllenNLP/bilm-tf ``options.json`` files.
+
+The JSON layout is the one the published ELMo models use::
+
+    {"lstm": {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"},
+     "char_cnn": {"embedding": {"dim"}, "filters", "n_highway", "n_characters",
+                  "max_characters_per_token", "activation"}}
+
+Keys this package does not use (bilm-tf writes training settings such as ``n_tokens_vocab`` or
+``dropout`` into the same file) are kept, so that a file read and written back loses nothing.
+"""
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Tuple, Union
+
+from .errors import ElmoOptionsError
+
+PathLike = Union[str, Path]
+
+ACTIVATIONS = ("relu", "tanh")
+
+
+@dataclass(frozen=True)
+class ElmoOptions:
+    """Architecture of an ELMo biLM: char CNN → highways → projection → L-layer forward and backward LSTMs."""
+
+    lstm_dim: int
+    projection_dim: int
+    n_layers: int = 2
+    cell_clip: float = 3.0
+    proj_clip: float = 3.0
+    use_skip_connections: bool = True
+    char_embedding_dim: int = 16
+    filters: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+    n_highway: int = 1
+    n_characters: int = 262
+    max_characters_per_token: int = 50
+    activation: str = "relu"
+    extra: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def n_filters(self) -> int:
+        """Width of the char CNN's output (all filters' channels concatenated)."""
+        return sum(n for _, n in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """Width of every ELMo layer: forward and backward halves side by side."""
+        return 2 * self.projection_dim
+
+    @property
+    def n_output_layers(self) -> int:
+        """Number of layers the biLM returns: the token layer plus one per LSTM layer."""
+        return self.n_layers + 1
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The ``options.json`` content, including any extra keys read from a file."""
+        data = copy.deepcopy(self.extra)
+        data.setdefault("lstm", {}).update(
+            dim=self.lstm_dim,
+            projection_dim=self.projection_dim,
+            n_layers=self.n_layers,
+            cell_clip=self.cell_clip,
+            proj_clip=self.proj_clip,
+            use_skip_connections=self.use_skip_connections,
+        )
+        cnn = data.setdefault("char_cnn", {})
+        cnn.setdefault("embedding", {})["dim"] = self.char_embedding_dim
+        cnn.update(
+            filters=[list(f) for f in self.filters],
+            n_highway=self.n_highway,
+            n_characters=self.n_characters,
+            max_characters_per_token=self.max_characters_per_token,
+            activation=self.activation,
+        )
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any], source: str = "options") -> "ElmoOptions":
+        """Validate an ``options.json`` dict; errors name ``source`` and the offending key."""
+        if not isinstance(data, dict):
+            raise ElmoOptionsError(f"{source}: expected a JSON object, found {type(data).__name__}")
+        lstm = _section(data, "lstm", source)
+        cnn = _section(data, "char_cnn", source)
+        embedding = _section(cnn, "embedding", f"{source} [char_cnn]")
+        filters = _get(cnn, "filters", list, f"{source} [char_cnn]")
+        if not filters or not all(
+            isinstance(f, (list, tuple)) and len(f) == 2 and all(_is_int(v) and v > 0 for v in f) for f in filters
+        ):
+            raise ElmoOptionsError(
+                f"{source}: char_cnn.filters must be a non-empty list of [width, n_channels] pairs of positive "
+                f"integers, found {filters!r}"
+            )
+        activation = _get(cnn, "activation", str, f"{source} [char_cnn]", default="relu")
+        if activation not in ACTIVATIONS:
+            raise ElmoOptionsError(f"{source}: char_cnn.activation must be one of {ACTIVATIONS}, found {activation!r}")
+        n_characters = _get(cnn, "n_characters", int, f"{source} [char_cnn]", default=262)
+        if n_characters not in (261, 262):
+            raise ElmoOptionsError(
+                f"{source}: char_cnn.n_characters must be 262 (or 261, bilm-tf's training value), found {n_characters}"
+            )
+        max_chars = _get(cnn, "max_characters_per_token", int, f"{source} [char_cnn]", default=50)
+        if max_chars < 3:
+            raise ElmoOptionsError(f"{source}: char_cnn.max_characters_per_token must be at least 3, found {max_chars}")
+        if max(w for w, _ in filters) > max_chars:
+            raise ElmoOptionsError(
+                f"{source}: a char_cnn filter is wider ({max(w for w, _ in filters)}) than "
+                f"max_characters_per_token ({max_chars})"
+            )
+        clips = {}
+        for key in ("cell_clip", "proj_clip"):
+            value = lstm.get(key)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
+                raise ElmoOptionsError(f"{source}: lstm.{key} must be a non-negative number or null, found {value!r}")
+            clips[key] = float(value or 0.0)  # 0 and null both mean "no clip"
+        options = cls(
+            lstm_dim=_positive(lstm, "dim", f"{source} [lstm]"),
+            projection_dim=_positive(lstm, "projection_dim", f"{source} [lstm]"),
+            n_layers=_positive(lstm, "n_layers", f"{source} [lstm]"),
+            cell_clip=clips["cell_clip"],
+            proj_clip=clips["proj_clip"],
+            use_skip_connections=_get(lstm, "use_skip_connections", bool, f"{source} [lstm]", default=True),
+            char_embedding_dim=_positive(embedding, "dim", f"{source} [char_cnn.embedding]"),
+            filters=tuple((int(w), int(n)) for w, n in filters),
+            n_highway=_get(cnn, "n_highway", int, f"{source} [char_cnn]", default=0),
+            n_characters=n_characters,
+            max_characters_per_token=max_chars,
+            activation=activation,
+            extra=copy.deepcopy(data),
+        )
+        if options.n_highway < 0:
+            raise ElmoOptionsError(f"{source}: char_cnn.n_highway must be >= 0, found {options.n_highway}")
+        return options
+
+    @classmethod
+    def from_file(cls, path: PathLike) -> "ElmoOptions":
+        """Read and validate an ``options.json`` file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ElmoOptionsError(f"ELMo options file not found: {path}") from None
+        except OSError as err:
+            raise ElmoOptionsError(f"Cannot read ELMo options file {path}: {err}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ElmoOptionsError(
+                f"ELMo options file {path} is not valid JSON ({err}); expected an AllenNLP/bilm-tf options.json"
+            ) from None
+        return cls.from_dict(data, source=str(path))
+
+    def to_file(self, path: PathLike) -> None:
+        """Write ``options.json``."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def _section(data: Dict[str, Any], key: str, source: str) -> Dict[str, Any]:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise ElmoOptionsError(f"{source}: missing section {key!r} (an object); found {value!r}")
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _get(data: Dict[str, Any], key: str, kind: type, source: str, default: Any = ...) -> Any:
+    if key not in data:
+        if default is ...:
+            raise ElmoOptionsError(f"{source}: missing required key {key!r}")
+        return default
+    value = data[key]
+    ok = _is_int(value) if kind is int else isinstance(value, kind)
+    if not ok:
+        raise ElmoOptionsError(f"{source}: {key!r} must be {kind.__name__}, found {value!r}")
+    return value
+
+
+def _positive(data: Dict[str, Any], key: str, source: str) -> int:
+    value = _get(data, key, int, source)
+    if value <= 0:
+        raise ElmoOptionsError(f"{source}: {key!r} must be a positive integer, found {value}")
+    return value
+
+
+PUBLISHED_FILTERS: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+def preset(name: str) -> ElmoOptions:
+    """Architectures by name: the three published English models and ``tiny``, this project's CPU-sized one."""
+    presets: Dict[str, ElmoOptions] = {
+        "small": ElmoOptions(lstm_dim=1024, projection_dim=128, n_highway=1),
+        "medium": ElmoOptions(lstm_dim=2048, projection_dim=256, n_highway=1),
+        "original": ElmoOptions(lstm_dim=4096, projection_dim=512, n_highway=2),
+        "tiny": ElmoOptions(
+            lstm_dim=512,
+            projection_dim=128,
+            n_highway=1,
+            filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256)),
+        ),
+    }
+    if name not in presets:
+        raise ElmoOptionsError(f"Unknown ELMo preset {name!r}; choose one of {sorted(presets)}")
+    return presets[name]
+
+
+PRESET_NAMES: List[str] = ["tiny", "small", "medium", "original"]

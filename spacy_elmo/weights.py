@@ -1,0 +1,188 @@
+"""Read and write biLM weights in the AllenNLP / bilm-tf ``.hdf5`` layout (TensorFlow conventions, ``y = x @ W``).
+
+Every dataset of the file is checked against the options before a model is built: a missing
+or unexpected key, a wrong shape, a non-float or non-finite array raises
+:class:`~spacy_elmo.errors.ElmoWeightsError` naming the file and the key. Files are read with
+h5py only, so loading never runs code from the file.
+"""
+import io
+from pathlib import Path
+from typing import BinaryIO, Callable, Dict, List, NamedTuple, Tuple, Union
+
+import h5py
+import numpy as np
+import torch
+
+from .errors import ElmoWeightsError
+from .model.bilm import BiLm
+from .options import ElmoOptions
+
+PathLike = Union[str, Path]
+Source = Union[PathLike, BinaryIO]
+
+
+class _Entry(NamedTuple):
+    """One dataset of the file and the parameter it fills."""
+
+    shape: Tuple[int, ...]
+    get: Callable[[BiLm], torch.Tensor]  # the file's array from the model
+    put: Callable[[BiLm, torch.Tensor], None]  # the model's parameter from the file's array
+
+
+def _copy(param: Callable[[BiLm], torch.nn.Parameter]) -> Tuple[Callable, Callable]:
+    def get(m: BiLm) -> torch.Tensor:
+        return param(m).detach()
+
+    def put(m: BiLm, value: torch.Tensor) -> None:
+        param(m).data.copy_(value)
+
+    return get, put
+
+
+def layout(options: ElmoOptions) -> Dict[str, _Entry]:
+    """The datasets an hdf5 file for ``options`` must hold, with their shapes."""
+    d, p, h = options.char_embedding_dim, options.projection_dim, options.lstm_dim
+    entries: Dict[str, _Entry] = {}
+
+    def char_get(m: BiLm) -> torch.Tensor:
+        return m.char_cnn.embedding.weight.detach()[1:]
+
+    def char_put(m: BiLm, value: torch.Tensor) -> None:
+        m.char_cnn.embedding.weight.data[1:].copy_(value)
+        m.char_cnn.embedding.weight.data[0].zero_()
+
+    entries["char_embed"] = _Entry((261, d), char_get, char_put)
+    for i, (w, n) in enumerate(options.filters):
+        def cnn_get(m: BiLm, i: int = i) -> torch.Tensor:
+            return m.char_cnn.weights[i].detach().permute(2, 1, 0).unsqueeze(0)
+
+        def cnn_put(m: BiLm, value: torch.Tensor, i: int = i) -> None:
+            m.char_cnn.weights[i].data.copy_(value[0].permute(2, 1, 0))
+
+        entries[f"CNN/W_cnn_{i}"] = _Entry((1, w, d, n), cnn_get, cnn_put)
+        entries[f"CNN/b_cnn_{i}"] = _Entry((n,), *_copy(lambda m, i=i: m.char_cnn.biases[i]))
+    f = options.n_filters
+    for k in range(options.n_highway):
+        for name, attr in (("W_carry", "w_carry"), ("W_transform", "w_transform")):
+            entries[f"CNN_high_{k}/{name}"] = _Entry((f, f), *_copy(lambda m, a=attr, k=k: getattr(m.highway, a)[k]))
+        for name, attr in (("b_carry", "b_carry"), ("b_transform", "b_transform")):
+            entries[f"CNN_high_{k}/{name}"] = _Entry((f,), *_copy(lambda m, a=attr, k=k: getattr(m.highway, a)[k]))
+    entries["CNN_proj/W_proj"] = _Entry((f, p), *_copy(lambda m: m.w_proj))
+    entries["CNN_proj/b_proj"] = _Entry((p,), *_copy(lambda m: m.b_proj))
+    for direction, stack in ((0, "forward_lstms"), (1, "backward_lstms")):
+        for layer in range(options.n_layers):
+            prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+
+            def cell(m: BiLm, s: str = stack, l: int = layer):
+                return getattr(m, s)[l]
+
+            def w0_get(m: BiLm, cell=cell) -> torch.Tensor:
+                return torch.cat((cell(m).w_input.detach(), cell(m).w_hidden.detach()))
+
+            def w0_put(m: BiLm, value: torch.Tensor, cell=cell) -> None:
+                lstm = cell(m)
+                lstm.w_input.data.copy_(value[: lstm.input_dim])
+                lstm.w_hidden.data.copy_(value[lstm.input_dim :])
+
+            entries[f"{prefix}/W_0"] = _Entry((2 * p, 4 * h), w0_get, w0_put)
+            entries[f"{prefix}/B"] = _Entry((4 * h,), *_copy(lambda m, cell=cell: cell(m).bias))
+            entries[f"{prefix}/W_P_0"] = _Entry((h, p), *_copy(lambda m, cell=cell: cell(m).w_proj))
+    return entries
+
+
+def _name(source: Source) -> str:
+    return str(source) if isinstance(source, (str, Path)) else getattr(source, "name", "<in-memory weights>")
+
+
+def read_weights(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
+    """All datasets of a weights file as float32 arrays, validated against ``options``."""
+    name = _name(source)
+    if isinstance(source, (str, Path)) and not Path(source).exists():
+        raise ElmoWeightsError(f"ELMo weight file not found: {name}")
+    expected = layout(options)
+    try:
+        with h5py.File(source, "r") as f:
+            found: List[str] = []
+            f.visititems(lambda key, obj: found.append(key) if isinstance(obj, h5py.Dataset) else None)
+            missing = sorted(set(expected) - set(found))
+            unexpected = sorted(set(found) - set(expected))
+            if missing or unexpected:
+                raise ElmoWeightsError(
+                    f"ELMo weight file {name} does not match its options: "
+                    + (f"missing datasets {missing[:5]}{' …' if len(missing) > 5 else ''}" if missing else "")
+                    + ("; " if missing and unexpected else "")
+                    + (f"unexpected datasets {unexpected[:5]}{' …' if len(unexpected) > 5 else ''}" if unexpected else "")
+                    + ". Check that options.json (n_highway, n_layers, filters) belongs to these weights."
+                )
+            arrays = {}
+            for key, entry in expected.items():
+                dataset = f[key]
+                if tuple(dataset.shape) != entry.shape:
+                    raise ElmoWeightsError(
+                        f"ELMo weight file {name}: dataset {key!r} has shape {tuple(dataset.shape)}, but the options "
+                        f"expect {entry.shape}. Check that options.json belongs to these weights."
+                    )
+                if dataset.dtype.kind != "f":
+                    raise ElmoWeightsError(
+                        f"ELMo weight file {name}: dataset {key!r} has dtype {dataset.dtype}, expected floating point"
+                    )
+                array = np.asarray(dataset[()], dtype=np.float32)
+                if not np.isfinite(array).all():
+                    raise ElmoWeightsError(
+                        f"ELMo weight file {name}: dataset {key!r} holds NaN or infinite values; the file is damaged"
+                    )
+                arrays[key] = array
+    except ElmoWeightsError:
+        raise
+    except (OSError, KeyError, ValueError) as err:
+        raise ElmoWeightsError(
+            f"ELMo weight file {name} cannot be read as HDF5 ({err}). It may be truncated or damaged: download or "
+            f"export it again."
+        ) from None
+    return arrays
+
+
+def load_bilm(options: ElmoOptions, weights: Source) -> BiLm:
+    """A :class:`BiLm` with the weights of ``weights``, in eval mode. Nothing is built if the file is bad."""
+    arrays = read_weights(weights, options)
+    model = BiLm(options)
+    entries = layout(options)
+    with torch.no_grad():
+        for key, array in arrays.items():
+            entries[key].put(model, torch.from_numpy(array))
+    return model.eval()
+
+
+def write_weights(model: BiLm, target: Source, dtype: str = "float32") -> None:
+    """Write ``model``'s weights in the AllenNLP layout; ``dtype="float16"`` halves the file (loads as float32)."""
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"dtype must be 'float32' or 'float16', found {dtype!r}")
+    with h5py.File(target, "w") as f:
+        for key, entry in layout(model.options).items():
+            f.create_dataset(key, data=entry.get(model).cpu().numpy().astype(dtype))
+
+
+def weights_to_bytes(model: BiLm, dtype: str = "float32") -> bytes:
+    buffer = io.BytesIO()
+    write_weights(model, buffer, dtype=dtype)
+    return buffer.getvalue()
+
+
+def bilm_from_bytes(options: ElmoOptions, data: bytes) -> BiLm:
+    return load_bilm(options, io.BytesIO(data))
+
+
+def load_files(options_file: PathLike, weight_file: PathLike) -> BiLm:
+    """Build a biLM from an ``options.json`` and a weights ``.hdf5``."""
+    return load_bilm(ElmoOptions.from_file(options_file), weight_file)
+
+
+def save_files(model: BiLm, options_file: PathLike, weight_file: PathLike, dtype: str = "float32") -> None:
+    """Write ``options.json`` and the weights ``.hdf5`` (via temporary files, so a crash leaves no half-written pair)."""
+    for path, write in (
+        (Path(options_file), lambda p: model.options.to_file(p)),
+        (Path(weight_file), lambda p: write_weights(model, p, dtype=dtype)),
+    ):
+        tmp = path.with_name(path.name + ".tmp")
+        write(tmp)
+        tmp.replace(path)

@@ -1,0 +1,107 @@
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo.errors import ElmoWeightsError
+from spacy_elmo.options import ElmoOptions
+from spacy_elmo.weights import load_bilm, load_files, read_weights, save_files, weights_to_bytes, bilm_from_bytes
+from tests.conftest import ALLENNLP
+
+
+def _datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda k, o: out.__setitem__(k, o[()]) if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def test_read_write_read_is_bit_exact(tmp_path, allennlp_files):
+    model = load_files(*allennlp_files)
+    save_files(model, tmp_path / "options.json", tmp_path / "weights.hdf5")
+    original, written = _datasets(allennlp_files[1]), _datasets(tmp_path / "weights.hdf5")
+    assert original.keys() == written.keys()
+    for key in original:
+        assert original[key].dtype == written[key].dtype
+        np.testing.assert_array_equal(original[key], written[key])
+    again = load_files(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    for a, b in zip(model.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_bytes_round_trip_and_float16_storage(allennlp_files):
+    model = load_files(*allennlp_files)
+    same = bilm_from_bytes(model.options, weights_to_bytes(model))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), same.state_dict().values()))
+    half = bilm_from_bytes(model.options, weights_to_bytes(model, dtype="float16"))
+    assert half.w_proj.dtype == torch.float32
+    assert torch.allclose(half.w_proj, model.w_proj, atol=1e-3)
+
+
+def test_missing_weight_file(tmp_path, allennlp_files):
+    with pytest.raises(ElmoWeightsError, match="not found.*missing.hdf5"):
+        load_files(allennlp_files[0], tmp_path / "missing.hdf5")
+
+
+def test_truncated_file_names_the_file(tmp_path, allennlp_files):
+    data = allennlp_files[1].read_bytes()
+    (tmp_path / "cut.hdf5").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ElmoWeightsError, match="cut.hdf5"):
+        load_files(allennlp_files[0], tmp_path / "cut.hdf5")
+
+
+def test_garbage_file(tmp_path, allennlp_files):
+    (tmp_path / "junk.hdf5").write_bytes(b"not an hdf5 file at all" * 100)
+    with pytest.raises(ElmoWeightsError, match="junk.hdf5.*cannot be read as HDF5"):
+        load_files(allennlp_files[0], tmp_path / "junk.hdf5")
+
+
+def _edited_copy(tmp_path, source, edit):
+    path = tmp_path / "edited.hdf5"
+    shutil.copy(source, path)
+    with h5py.File(path, "a") as f:
+        edit(f)
+    return path
+
+
+def test_wrong_shape_names_key_expected_and_found(tmp_path, allennlp_files):
+    def edit(f):
+        del f["CNN_proj/b_proj"]
+        f["CNN_proj/b_proj"] = np.zeros(17, dtype=np.float32)
+
+    path = _edited_copy(tmp_path, allennlp_files[1], edit)
+    with pytest.raises(ElmoWeightsError, match=r"edited.hdf5.*'CNN_proj/b_proj'.*\(17,\).*\(16,\)"):
+        load_files(allennlp_files[0], path)
+
+
+def test_missing_key(tmp_path, allennlp_files):
+    path = _edited_copy(tmp_path, allennlp_files[1], lambda f: f.__delitem__("char_embed"))
+    with pytest.raises(ElmoWeightsError, match="missing datasets \\['char_embed'\\]"):
+        load_files(allennlp_files[0], path)
+
+
+def test_non_finite_values(tmp_path, allennlp_files):
+    def edit(f):
+        f["CNN_proj/b_proj"][3] = np.nan
+
+    path = _edited_copy(tmp_path, allennlp_files[1], edit)
+    with pytest.raises(ElmoWeightsError, match="NaN"):
+        load_files(allennlp_files[0], path)
+
+
+def test_options_that_do_not_match_the_weights(allennlp_files):
+    data = ElmoOptions.from_file(allennlp_files[0]).to_dict()
+    data["char_cnn"]["n_highway"] = 1
+    with pytest.raises(ElmoWeightsError, match="unexpected datasets \\['CNN_high_1/"):
+        load_bilm(ElmoOptions.from_dict(data), allennlp_files[1])
+    data["char_cnn"]["n_highway"] = 2
+    data["lstm"]["dim"] = 32
+    with pytest.raises(ElmoWeightsError, match="W_0.*shape"):
+        load_bilm(ElmoOptions.from_dict(data), allennlp_files[1])
+
+
+def test_read_weights_returns_float32(allennlp_files):
+    arrays = read_weights(allennlp_files[1], ElmoOptions.from_file(allennlp_files[0]))
+    assert all(a.dtype == np.float32 for a in arrays.values()) and len(arrays) == 1 + 10 + 8 + 2 + 12
