@@ -22,6 +22,10 @@ setup(
     extras_require={"test": ["pytest>=7", "hypothesis>=6"], "plot": ["matplotlib>=3.5"]},
     entry_points={
         "spacy_factories": ["elmo = spacy_elmo.pipeline.component:make_elmo"],
-        "spacy_architectures": ["spacy_elmo.ElmoListener.v1 = spacy_elmo.pipeline.listener:build_elmo_listener"],
+        "spacy_architectures": [
+            "spacy_elmo.ElmoListener.v1 = spacy_elmo.pipeline.listener:build_elmo_listener",
+            "spacy_elmo.ElmoEmbedding.v1 = spacy_elmo.pipeline.listener:build_elmo_embedding",
+            "spacy_elmo.ElmoBiLm.v1 = spacy_elmo.pipeline.bilm_model:build_bilm_model",
+        ],
     },
 )

@@ -5,11 +5,13 @@ from .model.bilm import BiLm
 from .model.encoder import ElmoEncoder
 from .model.scalar_mix import ScalarMix
 from .options import ElmoOptions
+from .pipeline import Elmo
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BiLm",
+    "Elmo",
     "ElmoEmbedder",
     "ElmoEncoder",
     "ElmoError",

@@ -2,6 +2,10 @@
 from pathlib import Path
 
 import pytest
+import torch
+
+# The test models are tiny: one thread is faster for them, and avoids threads spinning against each other.
+torch.set_num_threads(1)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 FIXTURE = SHARED / "data" / "elmo_fixture"

@@ -2,14 +2,13 @@
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from torch import nn
 
 from ..options import ElmoOptions
 from .char_cnn import CharCNN
 from .highway import Highway
-from .lstm import LstmWithProjection
+from .lstm import LstmWithProjection, Packing, run_packed
 
 
 @dataclass
@@ -95,46 +94,19 @@ class BiLm(nn.Module):
         batch, steps, _ = tokens.shape
         if state is None:
             state = BiLmState.zeros(self.options, batch, tokens)
-        lengths_np = np.asarray(lengths, dtype=np.int64)
-        order_np = np.argsort(-lengths_np, kind="stable")
-        sorted_lengths = lengths_np[order_np].tolist()
-        order = torch.from_numpy(order_np).to(tokens.device)
-        x = tokens.index_select(0, order)
-        start = state.select(order)
-        mask = (torch.arange(steps, device=tokens.device)[None, :] < torch.tensor(sorted_lengths, device=tokens.device)[:, None])
-        x = x * mask.unsqueeze(-1).to(x.dtype)
-        reverse = _reverse_index(sorted_lengths, steps, tokens.device)
-        directions = []
+        packing = Packing(lengths, steps, tokens.device)
+        start = state.select(packing.order)
+        mask = torch.arange(steps, device=tokens.device)[None, :] < torch.tensor(list(lengths), device=tokens.device)[:, None]
+        layers = [torch.cat((tokens, tokens), dim=-1) * mask.unsqueeze(-1).to(tokens.dtype)]
+        inputs = packing.pack(tokens, 2)  # forward and backward reading of every row
         final_h, final_c = [], []
-        for d, lstms in enumerate((self.forward_lstms, self.backward_lstms)):
-            inputs = x if d == 0 else _flip(x, reverse)
-            outputs, hs, cs = [], [], []
-            for k, lstm in enumerate(lstms):
-                out, h_n, c_n = lstm(inputs, sorted_lengths, start.h[k, d], start.c[k, d])
-                if k > 0 and self.options.use_skip_connections:
-                    out = out + inputs
-                outputs.append(out if d == 0 else _flip(out, reverse))
-                hs.append(h_n)
-                cs.append(c_n)
-                inputs = out
-            directions.append(outputs)
-            final_h.append(torch.stack(hs))
-            final_c.append(torch.stack(cs))
-        layers = [torch.cat((x, x), dim=-1)]
-        layers += [torch.cat((fw, bw), dim=-1) for fw, bw in zip(*directions)]
-        unsort = torch.from_numpy(np.argsort(order_np, kind="stable")).to(tokens.device)
-        layers = [layer.index_select(0, unsort) for layer in layers]
-        final = BiLmState(torch.stack(final_h, dim=1), torch.stack(final_c, dim=1)).select(unsort)
+        for k, lstms in enumerate(zip(self.forward_lstms, self.backward_lstms)):
+            out, h_n, c_n = run_packed(lstms, inputs, packing.active, start.h[k], start.c[k])
+            if k > 0 and self.options.use_skip_connections:
+                out = out + inputs
+            layers.append(packing.unpack(out))
+            final_h.append(h_n)
+            final_c.append(c_n)
+            inputs = out
+        final = BiLmState(torch.stack(final_h), torch.stack(final_c)).select(packing.unsort)
         return layers, final
-
-
-def _reverse_index(lengths: Sequence[int], steps: int, device: torch.device) -> torch.Tensor:
-    """Per row, the time index that reverses the row's first ``length`` positions and keeps the rest."""
-    t = np.arange(steps)[None, :]
-    lengths_np = np.asarray(lengths, dtype=np.int64)[:, None]
-    index = np.where(t < lengths_np, lengths_np - 1 - t, t)
-    return torch.from_numpy(index).to(device)
-
-
-def _flip(x: torch.Tensor, reverse: torch.Tensor) -> torch.Tensor:
-    return x.gather(1, reverse.unsqueeze(-1).expand(-1, -1, x.shape[-1]))

@@ -10,13 +10,11 @@ from .chars import PAD_CHAR
 class CharCNN(nn.Module):
     """Maps ``(n_tokens, max_chars)`` character ids to ``(n_tokens, sum of channels)`` features.
 
-    All filter widths run as one matrix product over windows of the widest filter (narrower
-    filters get zero weights beyond their width, and their windows that would run past the end
-    are masked out). Positions past a token's end hold only the padding character, so every
-    window made of padding alone gives the same value; computing windows up to one such window
-    gives the same maximum as all ``max_chars`` positions. Tokens are therefore sorted by length
-    and each chunk is cut to the positions that can matter. The result is exactly that of the
-    full-width convolution.
+    Each filter width runs as one matrix product over all windows of a chunk of tokens. Positions
+    past a token's end hold only the padding character, so every window made of padding alone
+    gives the same value; computing the windows up to the first such window gives the same
+    maximum as all ``max_chars`` positions. Tokens are therefore sorted by length and each chunk
+    is cut to the positions that can matter. The result is that of the full-width convolution.
     """
 
     def __init__(
@@ -26,7 +24,7 @@ class CharCNN(nn.Module):
         embedding_dim: int = 16,
         max_chars: int = 50,
         activation: str = "relu",
-        chunk_size: int = 2048,
+        chunk_size: int = 256,
     ):
         super().__init__()
         self.filters = [(int(w), int(n)) for w, n in filters]
@@ -39,8 +37,6 @@ class CharCNN(nn.Module):
             nn.Parameter(torch.empty(n, embedding_dim, w)) for w, n in self.filters
         )
         self.biases = nn.ParameterList(nn.Parameter(torch.zeros(n)) for _, n in self.filters)
-        widths = torch.cat([torch.full((n,), w) for w, n in self.filters])
-        self.register_buffer("_widths", widths, persistent=False)
         self.reset_parameters()
 
     @property
@@ -57,42 +53,31 @@ class CharCNN(nn.Module):
         for bias in self.biases:
             nn.init.zeros_(bias)
 
-    def _stacked_weight(self) -> torch.Tensor:
-        """All filters as one ``(max_width * dim, channels)`` matrix, zero beyond each filter's width."""
-        dim = self.embedding.embedding_dim
-        blocks = []
-        for weight in self.weights:
-            n, _, w = weight.shape
-            padded = nn.functional.pad(weight, (0, self.max_width - w))  # (n, dim, max_width)
-            blocks.append(padded.permute(2, 1, 0).reshape(self.max_width * dim, n))
-        return torch.cat(blocks, dim=1)
-
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         n_tokens = char_ids.shape[0]
         if n_tokens == 0:
             return char_ids.new_zeros((0, self.output_dim), dtype=self.embedding.weight.dtype)
-        weight = self._stacked_weight()
-        bias = torch.cat(list(self.biases))
         lengths = (char_ids != PAD_CHAR).sum(dim=1)
         order = torch.argsort(lengths)
+        sorted_lengths = lengths[order].tolist()
         pieces = []
         for start in range(0, n_tokens, self.chunk_size):
-            rows = order[start : start + self.chunk_size]
-            used = min(self.max_chars, int(lengths[rows].max()) + self.max_width)
-            pieces.append(self._convolve(char_ids[rows, :used], weight))
+            end = min(start + self.chunk_size, n_tokens)
+            pieces.append(self._convolve(char_ids[order[start:end]], sorted_lengths[end - 1]))
         features = torch.cat(pieces)
-        out = features.new_empty(features.shape).index_copy(0, order, features) + bias
+        out = features.new_empty(features.shape).index_copy(0, order, features) + torch.cat(list(self.biases))
         return torch.relu(out) if self.activation == "relu" else torch.tanh(out)
 
-    def _convolve(self, char_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """Max over valid window positions of all filters, for ids cut to ``used`` positions."""
-        n, used = char_ids.shape
-        x = self.embedding(char_ids)  # (n, used, dim)
-        x = nn.functional.pad(x, (0, 0, 0, self.max_width - 1))
-        windows = x.unfold(1, self.max_width, 1)  # (n, used, dim, max_width)
-        windows = windows.transpose(2, 3).reshape(n, used, -1)
-        conv = torch.matmul(windows, weight)  # (n, used, channels)
-        starts = torch.arange(used, device=conv.device).unsqueeze(1)
-        invalid = starts > (used - self._widths).unsqueeze(0)  # window runs past the last position
-        conv = conv.masked_fill(invalid, float("-inf"))
-        return conv.max(dim=1).values
+    def _convolve(self, char_ids: torch.Tensor, longest: int) -> torch.Tensor:
+        """Max over window positions of every filter (no bias) for tokens of at most ``longest`` real ids."""
+        n = char_ids.shape[0]
+        x = self.embedding(char_ids[:, : min(self.max_chars, longest + self.max_width)])  # (n, positions, dim)
+        maxima = []
+        for weight in self.weights:
+            channels, dim, width = weight.shape
+            # Windows starting at 0..longest: the last one (if it fits) is padding only.
+            windows = x[:, : min(self.max_chars, longest + width)].unfold(1, width, 1)  # (n, starts, dim, width)
+            starts = windows.shape[1]
+            conv = torch.mm(windows.reshape(n * starts, dim * width), weight.view(channels, dim * width).t())
+            maxima.append(conv.view(n, starts, channels).amax(dim=1))
+        return torch.cat(maxima, dim=1)

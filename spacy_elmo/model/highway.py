@@ -32,9 +32,7 @@ class Highway(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for k in range(len(self)):
-            weight = torch.cat((self.w_carry[k], self.w_transform[k]), dim=1)
-            bias = torch.cat((self.b_carry[k], self.b_transform[k]))
-            carry, transform = torch.addmm(bias, x, weight).chunk(2, dim=1)
-            carry = torch.sigmoid(carry)
-            x = carry * torch.relu(transform) + (1.0 - carry) * x
+            carry = torch.sigmoid(torch.addmm(self.b_carry[k], x, self.w_carry[k]))
+            transform = torch.relu(torch.addmm(self.b_transform[k], x, self.w_transform[k]))
+            x = carry * transform + (1.0 - carry) * x
         return x

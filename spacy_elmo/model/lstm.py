@@ -12,8 +12,12 @@ import torch
 from torch import nn
 
 
+# Packed rows per input product in :func:`run_packed`.
+BLOCK_ROWS = 256
+
+
 class LstmWithProjection(nn.Module):
-    """One direction of one biLM layer, run over a batch sorted by decreasing length."""
+    """One direction of one biLM layer."""
 
     def __init__(self, input_dim: int, cell_dim: int, projection_dim: int, cell_clip: float, proj_clip: float):
         super().__init__()
@@ -40,58 +44,102 @@ class LstmWithProjection(nn.Module):
     def forward(
         self, x: torch.Tensor, lengths: Sequence[int], h0: torch.Tensor, c0: torch.Tensor
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run over ``x`` ``(batch, time, input_dim)`` whose rows are sorted by decreasing ``lengths``.
+        """Run over ``x`` ``(batch, time, input_dim)`` whose rows have the given ``lengths``.
 
         Returns the outputs ``(batch, time, projection_dim)`` (zero past each row's end) and each
-        row's state after its last real step. Rows that have ended drop out of the batch, so no
-        work is spent on padding.
+        row's state after its last real step.
         """
-        batch, steps = x.shape[0], x.shape[1]
-        bias = self.bias + self._forget_offset
-        gates_in = torch.addmm(bias, x.reshape(batch * steps, -1), self.w_input).view(batch, steps, -1)
-        active = _active_rows(lengths, steps)
-        h, c = h0, c0
-        final_h: List[torch.Tensor] = []
-        final_c: List[torch.Tensor] = []
-        outputs: List[torch.Tensor] = []
-        for t, step_in in enumerate(gates_in.unbind(1)):
-            n = active[t]
-            if n == 0:
-                break
-            if n < h.shape[0]:
-                final_h.append(h[n:])
-                final_c.append(c[n:])
-                h, c = h[:n], c[:n]
-            z = torch.addmm(step_in[:n], h, self.w_hidden)
-            i, j, f, o = z.chunk(4, dim=1)
+        packing = Packing(lengths, x.shape[1], x.device)
+        out, h, c = run_packed(
+            [self], packing.pack(x, 1), packing.active, h0.index_select(0, packing.order)[None], c0.index_select(0, packing.order)[None]
+        )
+        return packing.unpack(out), h[0].index_select(0, packing.unsort), c[0].index_select(0, packing.unsort)
+
+
+class Packing:
+    """Where each real position of a padded ``(batch, steps)`` batch goes when packed step by step.
+
+    Rows are taken longest first (``order``; ``unsort`` undoes it), so step ``t`` of the packed
+    sequence holds the ``active[t]`` rows still running and a recurrent layer shrinks its batch as
+    rows end. Direction 0 reads each row forward, direction 1 reads its real positions backward.
+    """
+
+    def __init__(self, lengths: Sequence[int], steps: int, device: torch.device):
+        lengths_np = np.asarray(lengths, dtype=np.int64)
+        order = np.argsort(-lengths_np, kind="stable")
+        t, r = np.nonzero(np.arange(steps)[:, None] < lengths_np[order][None, :])  # step-major, longest rows first
+        self.active: List[int] = [int(n) for n in np.bincount(t, minlength=steps) if n > 0]
+        rows = order[r]
+        index = np.stack((rows * steps + t, rows * steps + lengths_np[rows] - 1 - t))
+        self.batch, self.steps = len(lengths_np), steps
+        self.order = torch.from_numpy(order).to(device)
+        self.unsort = torch.from_numpy(np.argsort(order, kind="stable")).to(device)
+        self._index = torch.from_numpy(index).to(device)  # (2, n_packed) positions in the flattened batch
+
+    def pack(self, x: torch.Tensor, directions: int) -> torch.Tensor:
+        """``(batch, steps, dim)`` to ``(directions, n_packed, dim)``."""
+        flat = x.reshape(self.batch * self.steps, x.shape[-1])
+        return flat.index_select(0, self._index[:directions].reshape(-1)).view(directions, -1, x.shape[-1])
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """``(directions, n_packed, dim)`` to ``(batch, steps, directions * dim)``, zero past each row's end."""
+        directions, n, dim = packed.shape
+        index = self._index[:directions] * directions + torch.arange(directions, device=packed.device)[:, None]
+        flat = packed.new_zeros(self.batch * self.steps * directions, dim)
+        flat = flat.index_copy(0, index.reshape(-1), packed.reshape(directions * n, dim))
+        return flat.view(self.batch, self.steps, directions * dim)
+
+
+def run_packed(
+    lstms: Sequence[LstmWithProjection], x: torch.Tensor, active: List[int], h0: torch.Tensor, c0: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run several LSTMs of the same shape and clipping side by side, one per leading index of ``x``.
+
+    ``x``: packed inputs ``(n_lstms, n_packed, input_dim)`` (see :class:`Packing`); ``h0``, ``c0``:
+    ``(n_lstms, rows, dim)`` in packing order.
+    The input product runs over blocks of about ``BLOCK_ROWS`` packed rows (large products, small enough
+    to stay in cache); each step then does one batched product per matrix for all the LSTMs, over the
+    rows still running.
+    Returns the packed outputs ``(n_lstms, n_packed, projection_dim)`` and each row's final state.
+    """
+    first = lstms[0]
+    w_input = torch.stack([lstm.w_input for lstm in lstms])
+    w_hidden = torch.stack([lstm.w_hidden for lstm in lstms])
+    w_proj = torch.stack([lstm.w_proj for lstm in lstms])
+    bias = (torch.stack([lstm.bias for lstm in lstms]) + first._forget_offset).unsqueeze(1)
+    h, c = h0, c0
+    final_h: List[torch.Tensor] = []
+    final_c: List[torch.Tensor] = []
+    outputs: List[torch.Tensor] = []
+    blocks = _blocks(active, BLOCK_ROWS)
+    for sizes, x_block in zip(blocks, x.split([sum(b) for b in blocks], dim=1)):
+        for n, step_in in zip(sizes, torch.baddbmm(bias, x_block, w_input).split(sizes, dim=1)):
+            if n < h.shape[1]:
+                final_h.append(h[:, n:])
+                final_c.append(c[:, n:])
+                h, c = h[:, :n], c[:, :n]
+            i, j, f, o = torch.baddbmm(step_in, h, w_hidden).chunk(4, dim=2)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
-            if self.cell_clip:
-                c = c.clamp(-self.cell_clip, self.cell_clip)
-            h = torch.mm(torch.sigmoid(o) * torch.tanh(c), self.w_proj)
-            if self.proj_clip:
-                h = h.clamp(-self.proj_clip, self.proj_clip)
+            if first.cell_clip:
+                c = c.clamp(-first.cell_clip, first.cell_clip)
+            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), w_proj)
+            if first.proj_clip:
+                h = h.clamp(-first.proj_clip, first.proj_clip)
             outputs.append(h)
-        final_h.append(h)
-        final_c.append(c)
-        out = _unpack(outputs, active, batch, steps, self.projection_dim, x)
-        return out, torch.cat(final_h[::-1]), torch.cat(final_c[::-1])
+    final_h.append(h)
+    final_c.append(c)
+    out = torch.cat(outputs, dim=1) if outputs else x.new_zeros(len(lstms), 0, first.projection_dim)
+    return out, torch.cat(final_h[::-1], dim=1), torch.cat(final_c[::-1], dim=1)
 
 
-def _active_rows(lengths: Sequence[int], steps: int) -> List[int]:
-    """For each time step, how many leading rows (sorted by decreasing length) are still running."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    return (np.arange(steps)[:, None] < lengths[None, :]).sum(axis=1).tolist()
-
-
-def _unpack(
-    outputs: List[torch.Tensor], active: List[int], batch: int, steps: int, dim: int, like: torch.Tensor
-) -> torch.Tensor:
-    """Place per-step outputs of shrinking batches into a zero-padded ``(batch, steps, dim)`` tensor."""
-    if not outputs:
-        return like.new_zeros(batch, steps, dim)
-    flat = torch.cat(outputs)
-    positions = torch.cat(
-        [torch.arange(n, device=like.device) * steps + t for t, n in enumerate(active[: len(outputs)])]
-    )
-    padded = like.new_zeros(batch * steps, dim)
-    return padded.index_copy(0, positions, flat).view(batch, steps, dim)
+def _blocks(active: List[int], max_rows: int) -> List[List[int]]:
+    """Consecutive steps grouped so that each group holds at most ``max_rows`` rows (or one step)."""
+    blocks: List[List[int]] = []
+    rows = max_rows
+    for n in active:
+        if rows + n > max_rows:
+            blocks.append([])
+            rows = 0
+        blocks[-1].append(n)
+        rows += n
+    return blocks

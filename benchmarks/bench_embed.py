@@ -1,0 +1,187 @@
+"""``ElmoEmbedder.embed_batch`` words/s on the CPU, and the same as a share of the machine's fp32 GEMM rate.
+
+The model is the published *small* architecture (2x1024_128, 2048-channel char CNN, 1 highway) with seeded
+random weights, written to and loaded from files like a real model. The text is the first ``--sentences``
+sentences of 5-40 tokens of the UD English EWT dev set (whitespace tokens = the FORM column). Each setting runs
+one warm-up pass, then ``--passes`` timed passes; the best pass counts. Outputs of all settings are compared with
+the uncached all-at-once run (max abs diff).
+
+    python benchmarks/bench_embed.py            # from the repository root; reads ../shared/data
+"""
+import argparse
+import platform
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from spacy_elmo import ElmoEmbedder
+from spacy_elmo.model.bilm import BiLm
+from spacy_elmo.options import ElmoOptions, preset
+from spacy_elmo.weights import save_files
+
+UD = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_english_ewt"
+
+
+def read_conllu(path: Path, min_len: int = 1, max_len: int = 10**9, limit: Optional[int] = None) -> List[List[str]]:
+    """Sentences (FORM column, no multi-word or empty-node lines) of ``min_len``..``max_len`` tokens, in file order."""
+    sentences: List[List[str]] = []
+    words: List[str] = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                if min_len <= len(words) <= max_len:
+                    sentences.append(words)
+                    if limit is not None and len(sentences) == limit:
+                        break
+                words = []
+            elif not line.startswith("#"):
+                cols = line.split("\t")
+                if cols[0].isdigit():
+                    words.append(cols[1])
+    return sentences
+
+
+def forward_macs_per_token(options: ElmoOptions) -> Dict[str, float]:
+    """Multiply-adds per token of one forward pass, by part (char CNN over all ``max_chars`` positions)."""
+    positions = options.max_characters_per_token
+    cnn = sum((positions - w + 1) * w * options.char_embedding_dim * n for w, n in options.filters)
+    highway = options.n_highway * 2 * options.n_filters**2
+    projection = options.n_filters * options.projection_dim
+    p, h = options.projection_dim, options.lstm_dim
+    lstm = 2 * options.n_layers * (2 * p * 4 * h + h * p)  # input, recurrent and projection products, 2 directions
+    return {"char_cnn": cnn, "highway": highway, "projection": projection, "lstm": lstm}
+
+
+def gemm_gflops(n: int = 2048, repeats: int = 10) -> float:
+    """Best fp32 ``n x n`` matrix-multiply rate in GFLOP/s."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    torch.mm(a, b, out=out)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def make_model(directory: Path, seed: int) -> tuple:
+    torch.manual_seed(seed)
+    model = BiLm(preset("small"))
+    options_file, weight_file = directory / "options.json", directory / "weights.hdf5"
+    save_files(model, options_file, weight_file)
+    return options_file, weight_file
+
+
+def run_embedder(embedder: ElmoEmbedder, sentences: Sequence[Sequence[str]], batch_size: Optional[int]) -> List[np.ndarray]:
+    if batch_size is None:
+        return embedder.embed_batch(sentences)
+    out: List[np.ndarray] = []
+    for start in range(0, len(sentences), batch_size):
+        out.extend(embedder.embed_batch(sentences[start : start + batch_size]))
+    return out
+
+
+def best_time(fn: Callable[[], List[np.ndarray]], passes: int) -> tuple:
+    result = fn()  # warm-up
+    best = float("inf")
+    for _ in range(passes):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=300)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-size", type=int, default=50000, help="most frequent UD-train words to cache")
+    parser.add_argument("--batch-sizes", default="32,64,all")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    options = preset("small")
+    macs = forward_macs_per_token(options)
+    flops_per_word = 2 * sum(macs.values())
+    sentences = read_conllu(UD / "en_ewt-ud-dev.conllu", 5, 40, args.sentences)
+    n_words = sum(len(s) for s in sentences)
+    counts = Counter(w for s in read_conllu(UD / "en_ewt-ud-train.conllu") for w in s)
+    cache_words = [w for w, _ in counts.most_common(args.cache_size)]
+    hit_rate = sum(w in set(cache_words) for s in sentences for w in s) / n_words
+    batch_sizes = [None if b == "all" else int(b) for b in args.batch_sizes.split(",")]
+
+    gflops = gemm_gflops()
+    ceiling = gflops * 1e9 / flops_per_word
+    rows = []
+    reference: Optional[List[np.ndarray]] = None
+    with tempfile.TemporaryDirectory() as tmp:
+        options_file, weight_file = make_model(Path(tmp), args.seed)
+        for cached in (False, True):
+            start = time.perf_counter()
+            embedder = ElmoEmbedder(
+                options_file,
+                weight_file,
+                initial_state="zeros",
+                cache_size=len(cache_words) if cached else 0,
+                cache_words=cache_words if cached else None,
+            )
+            setup = time.perf_counter() - start
+            for batch_size in batch_sizes:
+                seconds, result = best_time(lambda: run_embedder(embedder, sentences, batch_size), args.passes)
+                if reference is None:
+                    reference = result
+                diff = max(float(np.abs(a - b).max()) for a, b in zip(result, reference))
+                rows.append((cached, batch_size, n_words / seconds, diff, setup))
+    gflops_after = gemm_gflops()
+
+    print(f"command: python {' '.join([sys.argv[0]] + list(argv if argv is not None else sys.argv[1:]))}")
+    print(f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
+    print(f"machine: {_cpu_model()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
+          f"python {platform.python_version()}")
+    print(f"text: {len(sentences)} UD-EWT dev sentences of 5-40 tokens, {n_words} words; "
+          f"best of {args.passes} passes after a warm-up")
+    print(f"cache: {len(cache_words)} most frequent UD-train words, hit rate on the text {hit_rate:.1%}")
+    print(f"forward cost: {sum(macs.values()) / 1e6:.2f} M multiply-adds/word "
+          + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in macs.items()))
+    print(f"fp32 2048^2 GEMM: {gflops:.0f} GFLOP/s before, {gflops_after:.0f} after "
+          f"-> ceiling {ceiling:,.0f} words/s")
+    print()
+    print("| token cache | batch | words/s | share of FLOP ceiling | max abs diff vs uncached/all |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for cached, batch_size, rate, diff, _ in rows:
+        label = "all at once" if batch_size is None else str(batch_size)
+        print(f"| {'yes' if cached else 'no'} | {label} | {rate:,.0f} | {rate / ceiling:.0%} | {diff:.1e} |")
+    print(f"\ncache fill time: {rows[-1][4]:.1f} s (load + fill), uncached load: {rows[0][4]:.1f} s")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} of {_n_cpus()} CPUs used)"
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _n_cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+if __name__ == "__main__":
+    main()

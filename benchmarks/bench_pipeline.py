@@ -1,0 +1,139 @@
+"""Speed of the spaCy layer: ``nlp.pipe`` with the ``elmo`` component vs ``ElmoEmbedder.embed_batch``,
+and training words/s of a listener NER with and without the layer cache.
+
+Small run (a minute on 2 CPU cores, tiny reference weights):
+
+    python benchmarks/bench_pipeline.py --sentences 300 --epochs 3 \
+        --options ../shared/data/elmo_fixture/allennlp/options.json \
+        --weights ../shared/data/elmo_fixture/allennlp/lm_weights.hdf5
+
+Without --options/--weights the embedded default model is used. Sentences come from
+CoNLL-2003 (../shared/data/conll2003/train.txt); results print as Markdown rows for BENCHMARKS.md.
+"""
+import argparse
+import time
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+
+import spacy
+import torch
+from spacy.language import Language
+from spacy.tokens import Doc
+from spacy.training import Example
+from thinc.api import fix_random_seed
+
+from spacy_elmo import ElmoEmbedder
+
+CONLL = Path(__file__).resolve().parents[2] / "shared" / "data" / "conll2003" / "train.txt"
+
+
+def read_conll(path: Path, n: int) -> List[List[Tuple[str, str]]]:
+    """The first ``n`` sentences as (word, NER tag) pairs."""
+    sentences, current = [], []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if fields and fields[0] != "-DOCSTART-":
+                current.append((fields[0], fields[-1]))
+            elif current:
+                sentences.append(current)
+                current = []
+                if len(sentences) == n:
+                    break
+    return sentences
+
+
+def timed(run: Callable[[], object], repeats: int) -> float:
+    """Best wall time of ``repeats`` runs (the first run also warms up)."""
+    best = float("inf")
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def elmo_config(args: argparse.Namespace, **overrides) -> dict:
+    return {"options_file": args.options, "weight_file": args.weights, "max_batch_tokens": args.max_batch_tokens, **overrides}
+
+
+def bench_inference(args: argparse.Namespace, sentences: List[List[str]]) -> Tuple[float, float]:
+    """Words/s of ``ElmoEmbedder.embed_batch`` and of ``nlp.pipe`` on the same pre-tokenised sentences."""
+    n_words = sum(map(len, sentences))
+    embedder = ElmoEmbedder(args.options, args.weights, max_batch_tokens=args.max_batch_tokens)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(args))
+    docs = [Doc(nlp.vocab, words=s) for s in sentences]
+    embed_time = timed(lambda: embedder.embed_batch(sentences), args.repeats)
+    pipe_time = timed(lambda: list(nlp.pipe(docs, batch_size=len(docs))), args.repeats)
+    return n_words / embed_time, n_words / pipe_time
+
+
+NER = {
+    "model": {
+        "@architectures": "spacy.TransitionBasedParser.v2",
+        "state_type": "ner",
+        "extra_state_tokens": False,
+        "hidden_width": 64,
+        "maxout_pieces": 2,
+        "use_upper": True,
+        "nO": None,
+        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1", "upstream": "*"},
+    }
+}
+
+
+def bench_training(args: argparse.Namespace, tagged: List[List[Tuple[str, str]]], cache_mb: float) -> float:
+    """Training words/s of a listener NER over epochs 2..n (epoch 1 fills the layer cache)."""
+    fix_random_seed(0)
+    nlp: Language = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(args, store_vectors=False, train_cache_mb=cache_mb))
+    nlp.add_pipe("ner", config=NER)
+    examples = []
+    for sentence in tagged:
+        words, tags = [w for w, _ in sentence], [t for _, t in sentence]
+        examples.append(Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, ents=tags)))
+    optimizer = nlp.initialize(lambda: examples)
+    n_words = sum(len(eg) for eg in examples)
+    elapsed = 0.0
+    for epoch in range(args.epochs):
+        start = time.perf_counter()
+        for i in range(0, len(examples), args.batch):
+            nlp.update(examples[i : i + args.batch], sgd=optimizer)
+        if epoch > 0:
+            elapsed += time.perf_counter() - start
+    return n_words * (args.epochs - 1) / elapsed
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--options", help="options.json (default: the embedded model)")
+    parser.add_argument("--weights", help="weights .hdf5 (default: the embedded model)")
+    parser.add_argument("--conll", type=Path, default=CONLL)
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--max-batch-tokens", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3, help="training epochs; the first is not timed")
+    parser.add_argument("--batch", type=int, default=32, help="training batch size (sentences)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    args = parser.parse_args(argv)
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2 (the first epoch fills the cache and is not timed)")
+    torch.set_num_threads(args.threads)
+    tagged = read_conll(args.conll, args.sentences)
+    sentences = [[w for w, _ in s] for s in tagged]
+    print(f"{len(sentences)} sentences, {sum(map(len, sentences))} words, torch threads {args.threads}\n")
+    embed_wps, pipe_wps = bench_inference(args, sentences)
+    print("| measurement | words/s |\n| --- | ---: |")
+    print(f"| `ElmoEmbedder.embed_batch` | {embed_wps:,.0f} |")
+    print(f"| `nlp.pipe` with `elmo` | {pipe_wps:,.0f} |")
+    print(f"| spaCy layer cost | {100 * (embed_wps / pipe_wps - 1):+.1f}% |")
+    uncached = bench_training(args, tagged, cache_mb=0)
+    cached = bench_training(args, tagged, cache_mb=4096)
+    print(f"| listener NER training, no layer cache | {uncached:,.0f} |")
+    print(f"| listener NER training, layer cache (epochs 2+) | {cached:,.0f} |")
+    print(f"| layer cache speed-up | {cached / uncached:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""spaCy integration: the ``elmo`` component, the listener architecture and the Doc attributes."""
+from .bilm_model import build_bilm_model
+from .component import Elmo, make_elmo
+from .extensions import install_extensions
+from .listener import ElmoListenerLayer, build_elmo_embedding, build_elmo_listener
+
+__all__ = [
+    "Elmo",
+    "ElmoListenerLayer",
+    "build_bilm_model",
+    "build_elmo_embedding",
+    "build_elmo_listener",
+    "install_extensions",
+    "make_elmo",
+]

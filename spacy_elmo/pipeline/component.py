@@ -1,0 +1,401 @@
+"""The ``elmo`` pipeline component: ELMo vectors on Docs, and biLM layers for listening components."""
+import functools
+import multiprocessing
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Union
+
+import torch
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example, validate_examples
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer
+from thinc.types import Floats2d, Floats3d
+
+from .bilm_model import (
+    DEFAULT_SETTINGS,
+    bilm_options,
+    configure_bilm_model,
+    doc_segments,
+    encode_segments,
+    frozen_backprop,
+    is_loaded,
+    load_bilm_weights,
+    mix_docs,
+    reset_state,
+    segment_words,
+)
+from .extensions import install_extensions, install_vector_hooks, set_listener_layers, to_numpy_f32
+from .layer_cache import LayerCache
+from .listener import ElmoListenerLayer, replace_listener, replace_listener_cfg
+from .mix import MixSpec, check_mix_spec, fixed_mix_weights
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy_elmo.ElmoBiLm.v1"
+"""
+DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+
+
+class ElmoOutput(NamedTuple):
+    """What :meth:`Elmo.predict` found for one Doc: its layers and/or its mixed vectors (xp arrays)."""
+
+    layers: Optional[Floats3d]
+    vectors: Optional[Floats2d]
+
+
+@Language.factory(
+    "elmo",
+    assigns=["doc._.elmo", "doc._.elmo_layers"],
+    default_config={
+        "model": DEFAULT_MODEL,
+        **DEFAULT_SETTINGS,
+        "mix": "average",
+        "store_vectors": True,
+        "store_layers": False,
+        "set_tensor": False,
+        "vector_hooks": False,
+        "train_cache_mb": 1024,
+    },
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats3d]],
+    options_file: Optional[str],
+    weight_file: Optional[str],
+    initial_state: str,
+    stateful: bool,
+    max_batch_tokens: int,
+    max_sentence_tokens: int,
+    frozen: bool,
+    mix: Union[str, List[float]],
+    store_vectors: bool,
+    store_layers: bool,
+    set_tensor: bool,
+    vector_hooks: bool,
+    train_cache_mb: float,
+) -> "Elmo":
+    """Build the ``elmo`` component; see :class:`Elmo` for the settings."""
+    return Elmo(
+        nlp.vocab,
+        model,
+        name,
+        options_file=options_file,
+        weight_file=weight_file,
+        initial_state=initial_state,
+        stateful=stateful,
+        max_batch_tokens=max_batch_tokens,
+        max_sentence_tokens=max_sentence_tokens,
+        frozen=frozen,
+        mix=mix,
+        store_vectors=store_vectors,
+        store_layers=store_layers,
+        set_tensor=set_tensor,
+        vector_hooks=vector_hooks,
+        train_cache_mb=train_cache_mb,
+    )
+
+
+class Elmo(TrainablePipe):
+    """Runs the biLM over each Doc's sentences (or windows) and shares the layers.
+
+    Weights: ``options_file`` + ``weight_file`` (AllenNLP/bilm-tf files; both None: the model
+    embedded in spacy-elmo). They are read by ``initialize()`` (which also takes both as
+    ``[initialize.components.<name>]`` settings), else on first use; a saved pipeline carries
+    them. ``initial_state`` / ``stateful``: as for ``ElmoEmbedder``.
+    ``max_sentence_tokens``: longest biLM input; longer sentences (or Docs without sentence
+    boundaries) are cut into windows of this many tokens. ``max_batch_tokens``: padded tokens
+    per biLM batch. ``frozen``: keep the biLM's weights fixed (no backward pass through it);
+    False fine-tunes it through the listeners' gradients.
+
+    On Docs: ``mix`` (``"average"``, ``"top"`` or one weight per layer) gives ``Doc._.elmo``
+    when ``store_vectors``; ``store_layers`` keeps ``Doc._.elmo_layers``; ``set_tensor`` copies
+    the vectors to ``doc.tensor``; ``vector_hooks`` makes ``.vector`` / ``.similarity`` use them.
+    With all four off nothing is stored (only listeners get the layers, in a slot that is not
+    serialized). ``train_cache_mb``: memory for layers of training sentences (frozen,
+    stateless biLM only; 0 turns the cache off).
+    """
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model[List[Doc], List[Floats3d]],
+        name: str = "elmo",
+        *,
+        options_file: Optional[str] = None,
+        weight_file: Optional[str] = None,
+        initial_state: str = DEFAULT_SETTINGS["initial_state"],
+        stateful: bool = False,
+        max_batch_tokens: int = DEFAULT_SETTINGS["max_batch_tokens"],
+        max_sentence_tokens: int = DEFAULT_SETTINGS["max_sentence_tokens"],
+        frozen: bool = True,
+        mix: MixSpec = "average",
+        store_vectors: bool = True,
+        store_layers: bool = False,
+        set_tensor: bool = False,
+        vector_hooks: bool = False,
+        train_cache_mb: float = 1024,
+    ):
+        check_mix_spec(mix)
+        if vector_hooks and not store_vectors:
+            raise ValueError("vector_hooks reads Doc._.elmo, so it needs store_vectors = true")
+        if train_cache_mb < 0:
+            raise ValueError(f"train_cache_mb must be >= 0 (0 turns the layer cache off), found {train_cache_mb}")
+        install_extensions()
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
+        self.cfg: Dict[str, Any] = {}
+        self.bilm_settings = dict(
+            options_file=options_file,
+            weight_file=weight_file,
+            initial_state=initial_state,
+            stateful=stateful,
+            max_batch_tokens=max_batch_tokens,
+            max_sentence_tokens=max_sentence_tokens,
+            frozen=frozen,
+        )
+        self.mix = mix
+        self.store_vectors = store_vectors
+        self.store_layers = store_layers
+        self.set_tensor = set_tensor
+        self.vector_hooks = vector_hooks
+        self.layer_cache = LayerCache(int(train_cache_mb * 2**20))
+        self._configure_model()
+
+    def _configure_model(self) -> None:
+        """Give the model this component's biLM settings and the ``replace_listeners`` hooks."""
+        configure_bilm_model(self.model, **self.bilm_settings)
+        self.model.attrs["replace_listener"] = replace_listener
+        self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, dict(self.bilm_settings))
+
+    @property
+    def frozen(self) -> bool:
+        return self.bilm_settings["frozen"]
+
+    # --- spaCy's listener protocol (spacy.ty.ListenedToComponent) ---
+
+    @property
+    def listeners(self) -> List[ElmoListenerLayer]:
+        return [listener for name in self.listening_components for listener in self.listener_map[name]]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map)
+
+    def add_listener(self, listener: ElmoListenerLayer, component_name: str) -> None:
+        """Register a downstream listener and tell it the biLM's size if the weights are loaded."""
+        listeners = self.listener_map.setdefault(component_name, [])
+        if listener not in listeners:
+            listeners.append(listener)
+        if is_loaded(self.model):
+            self._set_listener_dims(listener)
+
+    def remove_listener(self, listener: ElmoListenerLayer, component_name: str) -> bool:
+        listeners = self.listener_map.get(component_name, [])
+        if listener not in listeners:
+            return False
+        listeners.remove(listener)
+        if not listeners:
+            del self.listener_map[component_name]
+        return True
+
+    def find_listeners(self, component: Any) -> None:
+        """Add the :class:`ElmoListenerLayer` nodes of ``component`` whose upstream is ``"*"`` or this name."""
+        model = getattr(component, "model", None)
+        if isinstance(model, Model):
+            for node in model.walk():
+                if isinstance(node, ElmoListenerLayer) and node.upstream_name in ("*", self.name):
+                    self.add_listener(node, component.name)
+
+    def _set_listener_dims(self, listener: ElmoListenerLayer) -> None:
+        options = bilm_options(self.model)
+        listener.set_dim("nO", options.output_dim, force=True)
+        listener.set_dim("nL", options.n_output_layers, force=True)
+
+    # --- prediction ---
+
+    def predict(self, docs: Iterable[Doc]) -> List[ElmoOutput]:
+        """Layers (for listeners and ``store_layers``) and/or mixed vectors of each Doc; nothing if nothing is stored."""
+        docs = list(docs)
+        _single_thread_in_worker_process()
+        need_layers = self.store_layers or bool(self.listener_map)
+        need_vectors = self.store_vectors or self.set_tensor
+        if need_layers:
+            layers = self.model.predict(docs)
+            vectors = [self._mix(x) for x in layers] if need_vectors else [None] * len(docs)
+            return [ElmoOutput(x, v) for x, v in zip(layers, vectors)]
+        if need_vectors:
+            return [ElmoOutput(None, v) for v in mix_docs(self.model, docs, self._mix_weights())]
+        return [ElmoOutput(None, None) for _ in docs]
+
+    def _mix_weights(self) -> Floats2d:
+        return self.model.ops.asarray1f(fixed_mix_weights(self.mix, bilm_options(self.model).n_output_layers))
+
+    def _mix(self, layers: Floats3d) -> Floats2d:
+        return self.model.ops.xp.tensordot(self._mix_weights(), layers, axes=1)
+
+    def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
+        """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the listeners' slot."""
+        for doc, (layers, vectors) in zip(docs, outputs):
+            if layers is not None and self.listener_map:
+                set_listener_layers(doc, layers)
+            if self.store_layers:
+                doc._.elmo_layers = to_numpy_f32(layers)
+            if vectors is not None:
+                stored = to_numpy_f32(vectors)
+                if self.store_vectors:
+                    doc._.elmo = stored
+                if self.set_tensor:
+                    doc.tensor = stored
+            if self.vector_hooks:
+                install_vector_hooks(doc)
+
+    def reset_states(self) -> None:
+        """Forget the LSTM state carried between calls (``stateful = true``)."""
+        reset_state(self.model)
+
+    # --- training ---
+
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Give every listener this batch's layers.
+
+        Frozen biLM: the layers come without autograd (from the layer cache where possible)
+        and the listeners' backprop stops at their mixes. Fine-tuning: the listeners'
+        gradients are summed and the last listener's backprop runs the biLM's backward pass;
+        the loss recorded is the squared norm of those gradients.
+        """
+        losses = {} if losses is None else losses
+        validate_examples(examples, "Elmo.update")
+        docs = [eg.predicted for eg in examples]
+        losses.setdefault(self.name, 0.0)
+        if not self.listeners:
+            return losses
+        if self._uses_layer_cache():
+            layers, backprop = self._cached_layers(docs), frozen_backprop
+        else:
+            layers, backprop = self.model.begin_update(docs)
+        batch_id = ElmoListenerLayer.get_batch_id(docs)
+        if backprop is frozen_backprop:
+            for listener in self.listeners:
+                listener.receive(batch_id, layers, frozen_backprop)
+            return losses
+        d_layers = [self.model.ops.alloc(x.shape, dtype=x.dtype) for x in layers]
+
+        def accumulate(one_d_layers: List[Floats3d]) -> List[Doc]:
+            for total, part in zip(d_layers, one_d_layers):
+                total += part
+                losses[self.name] += float((part**2).sum())
+            return []
+
+        def backprop_all(one_d_layers: List[Floats3d]) -> List[Doc]:
+            accumulate(one_d_layers)
+            backprop(d_layers)
+            if sgd is not None:
+                self.finish_update(sgd)
+            return []
+
+        for listener in self.listeners[:-1]:
+            listener.receive(batch_id, layers, accumulate)
+        self.listeners[-1].receive(batch_id, layers, backprop_all)
+        return losses
+
+    def _uses_layer_cache(self) -> bool:
+        """A frozen, stateless biLM is a function of the sentence, so its layers can be kept."""
+        return self.frozen and not self.bilm_settings["stateful"] and self.layer_cache.max_bytes > 0
+
+    def _cached_layers(self, docs: List[Doc]) -> List[Floats3d]:
+        """Each Doc's layers, assembled from per-sentence layers kept in (or added to) the layer cache."""
+        xp = self.model.ops.xp
+        segments = doc_segments(docs, self.bilm_settings["max_sentence_tokens"])
+        words = segment_words(docs, segments)
+        found = [self.layer_cache.get(tuple(w)) for w in words]
+        missing = [i for i, layers in enumerate(found) if layers is None]
+        if missing:
+            packed, _ = encode_segments(self.model, [words[i] for i in missing], is_train=False)
+            start = 0
+            for i in missing:
+                found[i] = packed[:, start : start + len(words[i])]
+                start += len(words[i])
+                self.layer_cache.add(tuple(words[i]), found[i])
+        options = bilm_options(self.model)
+        per_doc: List[List[Floats3d]] = [[] for _ in docs]
+        for segment, layers in zip(segments, found):
+            per_doc[segment.doc].append(layers)
+        empty = self.model.ops.alloc3f(options.n_output_layers, 0, options.output_dim)
+        return [xp.concatenate(parts, axis=1) if parts else empty for parts in per_doc]
+
+    def finish_update(self, sgd: Optimizer) -> None:
+        """Update the biLM when fine-tuning; a frozen biLM is left alone."""
+        if not self.frozen:
+            self.model.finish_update(sgd)
+
+    def get_loss(self, examples: Iterable[Example], scores: Any) -> None:
+        """The ``elmo`` component has no loss of its own; listeners bring the gradients."""
+        return None
+
+    def initialize(
+        self,
+        get_examples: Optional[Callable[[], Iterable[Example]]] = None,
+        *,
+        nlp: Optional[Language] = None,
+        options_file: Optional[str] = None,
+        weight_file: Optional[str] = None,
+    ) -> None:
+        """Load the pretrained biLM: ``options_file``/``weight_file`` given here (``[initialize.components]``)
+        replace those of the component's config."""
+        if options_file is not None or weight_file is not None:
+            self.bilm_settings.update(options_file=options_file, weight_file=weight_file)
+            self._configure_model()
+        load_bilm_weights(self.model)
+        self.layer_cache.clear()
+        for listener in self.listeners:
+            self._set_listener_dims(listener)
+
+    # --- serialization: the model's bytes hold the weights; the config holds the settings ---
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        self._ensure_loaded()
+        return super().to_bytes(exclude=exclude)
+
+    def to_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> None:
+        self._ensure_loaded()
+        super().to_disk(path, exclude=exclude)
+
+    def _ensure_loaded(self) -> None:
+        """Read the weight files now if nothing did yet, so that a saved pipeline carries the weights."""
+        if not is_loaded(self.model):
+            load_bilm_weights(self.model)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+        super().from_bytes(bytes_data, exclude=exclude)
+        self._after_load()
+        return self
+
+    def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+        super().from_disk(path, exclude=exclude)
+        self._after_load()
+        return self
+
+    def _after_load(self) -> None:
+        """Settings from the config win over those saved in the model; old cached layers go."""
+        self._configure_model()
+        self.layer_cache.clear()
+        if is_loaded(self.model):
+            for listener in self.listeners:
+                self._set_listener_dims(listener)
+
+
+def _single_thread_in_worker_process() -> None:
+    """In a worker of ``nlp.pipe(n_process=...)`` use one torch thread, so workers do not oversubscribe cores."""
+    if multiprocessing.parent_process() is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)

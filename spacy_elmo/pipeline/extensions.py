@@ -1,0 +1,99 @@
+"""What the ``elmo`` component puts on Docs, and how Tokens, Spans and similarity read it.
+
+- ``Doc._.elmo``: float32 numpy ``(len(doc), dim)``, the component's mix of the layers.
+- ``Doc._.elmo_layers``: float32 numpy ``(n_layers + 1, len(doc), dim)`` (``store_layers``).
+- ``Token._.elmo`` (its row) and ``Span._.elmo`` (the mean of its rows) are computed on access.
+
+Both Doc values are plain numpy arrays in ``doc.user_data``, which srsly's msgpack writes
+natively, so ``doc.to_bytes()`` and ``DocBin(store_user_data=True)`` keep them.
+
+Listening components read the layers from ``doc.user_hooks[LAYERS_KEY]``: a slot that is
+never serialized, may hold GPU arrays, and dies with the Doc.
+"""
+from typing import Optional, Union
+
+import numpy as np
+from spacy.tokens import Doc, Span, Token
+from thinc.types import Floats1d, Floats2d, Floats3d
+
+LAYERS_KEY = "spacy_elmo.layers"
+
+
+def install_extensions() -> None:
+    """Register the ``._.elmo`` / ``._.elmo_layers`` attributes (once; existing ones are left alone)."""
+    if not Doc.has_extension("elmo"):
+        Doc.set_extension("elmo", default=None)
+    if not Doc.has_extension("elmo_layers"):
+        Doc.set_extension("elmo_layers", default=None)
+    if not Token.has_extension("elmo"):
+        Token.set_extension("elmo", getter=token_elmo)
+    if not Span.has_extension("elmo"):
+        Span.set_extension("elmo", getter=span_elmo)
+
+
+def token_elmo(token: Token) -> Optional[Floats1d]:
+    """The token's row of ``Doc._.elmo`` (None when the Doc has none)."""
+    vectors = token.doc._.elmo
+    return None if vectors is None else vectors[token.i]
+
+
+def span_elmo(span: Span) -> Optional[Floats1d]:
+    """The mean of the span's rows of ``Doc._.elmo`` (zeros for an empty span, None when the Doc has none)."""
+    vectors = span.doc._.elmo
+    if vectors is None:
+        return None
+    if span.start == span.end:
+        return np.zeros(vectors.shape[1], dtype=np.float32)
+    return vectors[span.start : span.end].mean(axis=0)
+
+
+def doc_elmo_mean(doc: Doc) -> Optional[Floats1d]:
+    """The mean of all rows of ``Doc._.elmo``: the Doc's vector under the similarity hooks."""
+    return span_elmo(doc[:])
+
+
+def set_listener_layers(doc: Doc, layers: Floats3d) -> None:
+    doc.user_hooks[LAYERS_KEY] = layers
+
+
+def get_listener_layers(doc: Doc) -> Optional[Floats3d]:
+    """The layers the component left for its listeners, if they belong to this Doc's tokens."""
+    layers = doc.user_hooks.get(LAYERS_KEY)
+    return layers if layers is not None and layers.shape[1] == len(doc) else None
+
+
+VectorOwner = Union[Doc, Span, Token]
+
+
+def _has_vector(obj: VectorOwner) -> bool:
+    return obj.doc._.elmo is not None
+
+
+def _vector_norm(obj: VectorOwner) -> float:
+    return float(np.linalg.norm(obj.vector))
+
+
+def cosine_similarity(obj: VectorOwner, other: VectorOwner) -> float:
+    """Cosine of the two objects' vectors (0.0 when either is all zeros)."""
+    a, b = np.asarray(obj.vector, dtype=np.float64), np.asarray(other.vector, dtype=np.float64)
+    norm = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a.dot(b) / norm) if norm > 0 else 0.0
+
+
+def install_vector_hooks(doc: Doc) -> None:
+    """Make ``.vector``, ``.has_vector``, ``.vector_norm`` and ``.similarity`` of the Doc, its Spans
+    and Tokens use ``Doc._.elmo`` (cosine similarity). Hooks are not serialized with the Doc."""
+    doc.user_hooks.update(
+        vector=doc_elmo_mean, has_vector=_has_vector, vector_norm=_vector_norm, similarity=cosine_similarity
+    )
+    doc.user_span_hooks.update(vector=span_elmo, has_vector=_has_vector, similarity=cosine_similarity)
+    doc.user_token_hooks.update(
+        vector=token_elmo, has_vector=_has_vector, vector_norm=_vector_norm, similarity=cosine_similarity
+    )
+
+
+def to_numpy_f32(array: Union[Floats2d, Floats3d]) -> np.ndarray:
+    """An owned float32 CPU copy: a Doc must not keep a batch-sized buffer (or GPU memory) alive."""
+    if hasattr(array, "get"):  # cupy
+        return array.get().astype(np.float32, copy=False)
+    return np.array(array, dtype=np.float32, copy=True)

@@ -1,0 +1,158 @@
+"""``spacy_elmo.ElmoListener.v1``: the ``tok2vec`` of a downstream component, fed by the ``elmo`` component.
+
+The listener is ``elmo_scalar_mix(ElmoListenerLayer)``, optionally concatenated with the task's own
+token embedding. :class:`ElmoListenerLayer` is the node the ``elmo`` component finds and feeds
+(spaCy's listener protocol); the mix above it holds the task's own layer weights.
+
+During training the ``elmo`` component's ``update`` hands every listener the batch's layers
+with a backprop callback (or :func:`frozen_backprop` when the biLM is frozen). At prediction,
+and when the ``elmo`` component is frozen but annotating, the layers come from the Doc.
+
+``nlp.replace_listeners`` swaps the :class:`ElmoListenerLayer` for a copy of the component's
+biLM model; the config becomes ``spacy_elmo.ElmoEmbedding.v1`` with the same mix settings.
+"""
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from spacy.errors import Errors
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Model, concatenate
+from thinc.types import Floats2d, Floats3d
+
+from .bilm_model import DEFAULT_SETTINGS, build_bilm_model, configure_bilm_model, frozen_backprop
+from .extensions import get_listener_layers
+from .mix import build_scalar_mix
+
+TokVecModel = Model[List[Doc], List[Floats2d]]
+
+
+class ElmoListenerLayer(Model):
+    """Receives the biLM layers of a batch from an upstream ``elmo`` component.
+
+    ``upstream_name`` is that component's name, or ``"*"`` for any ``elmo`` component.
+    Dims ``nL`` (layers) and ``nO`` (width) are set by the component when it links the listener.
+    """
+
+    name = "elmo-listener"
+
+    def __init__(self, upstream_name: str):
+        Model.__init__(self, name=self.name, forward=_listener_forward, dims={"nO": None, "nL": None})
+        self.upstream_name = upstream_name
+        self._batch_id: Optional[int] = None
+        self._outputs: Optional[List[Floats3d]] = None
+        self._backprop: Optional[Callable] = None
+
+    @classmethod
+    def get_batch_id(cls, docs: List[Doc]) -> int:
+        """A content hash of a batch, to check that the listener is asked about the batch it received."""
+        return sum(sum(token.orth for token in doc) for doc in docs)
+
+    def receive(self, batch_id: int, outputs: List[Floats3d], backprop: Callable) -> None:
+        self._batch_id, self._outputs, self._backprop = batch_id, outputs, backprop
+
+    def verify_inputs(self, docs: List[Doc]) -> None:
+        batch_id = self.get_batch_id(docs)
+        if batch_id != self._batch_id:
+            raise ValueError(Errors.E953.format(id1=batch_id, id2=self._batch_id))
+
+
+def _listener_forward(model: ElmoListenerLayer, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+    if is_train and model._batch_id is not None:
+        model.verify_inputs(docs)
+        outputs, upstream_backprop = model._outputs, model._backprop
+        if upstream_backprop is frozen_backprop:
+            return outputs, frozen_backprop
+
+        def backprop(d_layers: List[Floats3d]) -> Any:
+            model._batch_id = model._outputs = model._backprop = None  # free the batch once used
+            return upstream_backprop(d_layers)
+
+        return outputs, backprop
+    outputs = []
+    for doc in docs:
+        layers = get_listener_layers(doc)
+        if layers is None:
+            if is_train:  # the upstream component is frozen and not annotating, so nothing reached us
+                raise ValueError(Errors.E203.format(name="elmo"))
+            # No layers (e.g. shape inference at initialization): zeros of the right shape.
+            layers = model.ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO"))
+        outputs.append(model.ops.asarray(layers))
+    return outputs, frozen_backprop
+
+
+def _mix_head(
+    source: Model, layer_norm: bool, dropout: float, l2: float, embed: Optional[TokVecModel]
+) -> TokVecModel:
+    mixed = build_scalar_mix(source, layer_norm=layer_norm, dropout=dropout, l2=l2)
+    return mixed if embed is None else concatenate(mixed, embed)
+
+
+@registry.architectures("spacy_elmo.ElmoListener.v1")
+def build_elmo_listener(
+    upstream: str = "*",
+    layer_norm: bool = False,
+    dropout: float = 0.0,
+    l2: float = 0.0,
+    embed: Optional[TokVecModel] = None,
+) -> TokVecModel:
+    """Token vectors for a downstream component: its own scalar mix of an upstream ``elmo`` component's layers.
+
+    upstream: name of the ``elmo`` component to listen to, or ``"*"`` for any.
+    layer_norm: normalise each layer over the Doc's tokens before mixing.
+    dropout: dropout rate on the mixed vectors during training (kept as set, not spaCy's training dropout).
+    l2: L2 penalty on the mix's (pre-softmax) layer weights; > 0 pulls them towards the average.
+    embed: an optional embedding of the task's own (e.g. ``spacy.MultiHashEmbed.v2``), concatenated.
+    """
+    return _mix_head(ElmoListenerLayer(upstream), layer_norm, dropout, l2, embed)
+
+
+@registry.architectures("spacy_elmo.ElmoEmbedding.v1")
+def build_elmo_embedding(
+    options_file: Optional[str] = None,
+    weight_file: Optional[str] = None,
+    initial_state: str = DEFAULT_SETTINGS["initial_state"],
+    stateful: bool = False,
+    max_batch_tokens: int = DEFAULT_SETTINGS["max_batch_tokens"],
+    max_sentence_tokens: int = DEFAULT_SETTINGS["max_sentence_tokens"],
+    frozen: bool = True,
+    layer_norm: bool = False,
+    dropout: float = 0.0,
+    l2: float = 0.0,
+    embed: Optional[TokVecModel] = None,
+) -> TokVecModel:
+    """A component's own copy of the biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
+
+    The biLM settings mean what they mean on the ``elmo`` component; the rest as in ``ElmoListener.v1``.
+    """
+    bilm = build_bilm_model()
+    configure_bilm_model(
+        bilm,
+        options_file=options_file,
+        weight_file=weight_file,
+        initial_state=initial_state,
+        stateful=stateful,
+        max_batch_tokens=max_batch_tokens,
+        max_sentence_tokens=max_sentence_tokens,
+        frozen=frozen,
+    )
+    return _mix_head(bilm, layer_norm, dropout, l2, embed)
+
+
+def replace_listener(bilm_copy: Model, listener: ElmoListenerLayer, pipe: Any) -> Model:
+    """``Language.replace_listeners`` hook: the listener node becomes the copy of the component's biLM model."""
+    return bilm_copy
+
+
+def replace_listener_cfg(settings: Dict[str, Any], bilm_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict:
+    """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` config block as ``ElmoEmbedding.v1``.
+
+    ``settings`` are the component's biLM settings (bound with ``functools.partial``).
+    """
+    if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
+        raise ValueError(
+            f"replace_listeners: expected a 'spacy_elmo.ElmoListener.v1' block, found {listener_cfg.get('@architectures')!r}"
+        )
+    new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}
+    new_cfg.update(settings)
+    new_cfg["@architectures"] = "spacy_elmo.ElmoEmbedding.v1"
+    return new_cfg

@@ -1,0 +1,163 @@
+"""Pretraining configs: spaCy-style ``.cfg`` files, validated before any work starts."""
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from confection import Config
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from ..errors import ElmoError
+from ..options import ElmoOptions, PRESET_NAMES, preset
+
+
+class PretrainConfigError(ElmoError, ValueError):
+    """A pretraining config has an unknown key, a missing value or a value of the wrong kind."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PathsSection(_Section):
+    train: Optional[str] = None
+    dev: Optional[str] = None
+
+
+class NlpSection(_Section):
+    lang: str = "en"
+
+
+class ModelSection(_Section):
+    """The biLM architecture; the fields of :class:`~spacy_elmo.options.ElmoOptions`."""
+
+    lstm_dim: int
+    projection_dim: int
+    n_layers: int = 2
+    cell_clip: float = 3.0
+    proj_clip: float = 3.0
+    use_skip_connections: bool = True
+    char_embedding_dim: int = 16
+    filters: List[Tuple[int, int]]
+    n_highway: int = 1
+    max_characters_per_token: int = 50
+    activation: str = "relu"
+
+
+class CorpusSection(_Section):
+    train: Optional[str] = None
+    dev: Optional[str] = None
+    max_sentence_tokens: int = 100
+    shuffle_buffer: int = 20000
+    dev_max_sentences: int = 2000
+
+
+class VocabSection(_Section):
+    size: int = 50000
+    max_lines: Optional[int] = 1_000_000
+
+
+class ObjectiveSection(_Section):
+    cutoffs: List[int] = [2000, 10000]
+    div_value: float = 4.0
+
+
+class TrainingSection(_Section):
+    seed: int = 0
+    batch_tokens: int = 1280
+    max_steps: int = 100_000
+    optimizer: str = "adagrad"
+    learn_rate: float = 0.2
+    initial_accumulator: float = 1.0
+    grad_clip: float = 10.0
+    dropout: float = 0.1
+    eval_every: int = 1000
+    checkpoint_every: int = 500
+    log_every: int = 50
+    threads: int = 0
+    bf16: bool = False
+
+    @field_validator("optimizer")
+    @classmethod
+    def _known_optimizer(cls, value: str) -> str:
+        if value not in ("adagrad", "adam", "sgd"):
+            raise ValueError(f"must be one of adagrad, adam, sgd; found {value!r}")
+        return value
+
+
+class PretrainConfig(_Section):
+    paths: PathsSection = PathsSection()
+    nlp: NlpSection = NlpSection()
+    model: ModelSection
+    corpus: CorpusSection
+    vocab: VocabSection = VocabSection()
+    objective: ObjectiveSection = ObjectiveSection()
+    training: TrainingSection = TrainingSection()
+
+    def options(self) -> ElmoOptions:
+        """The biLM options the trained model will be written with."""
+        data = self.model.model_dump()
+        data["filters"] = tuple(tuple(f) for f in data["filters"])
+        return ElmoOptions(**data)
+
+
+def default_config(preset_name: str = "tiny") -> Config:
+    """A complete config for one of the presets (``tiny``, ``small``, ``medium``, ``original``)."""
+    if preset_name not in PRESET_NAMES:
+        raise PretrainConfigError(f"Unknown preset {preset_name!r}; choose one of {PRESET_NAMES}")
+    options = preset(preset_name)
+    model = {
+        "lstm_dim": options.lstm_dim,
+        "projection_dim": options.projection_dim,
+        "n_layers": options.n_layers,
+        "cell_clip": options.cell_clip,
+        "proj_clip": options.proj_clip,
+        "use_skip_connections": options.use_skip_connections,
+        "char_embedding_dim": options.char_embedding_dim,
+        "filters": [list(f) for f in options.filters],
+        "n_highway": options.n_highway,
+        "max_characters_per_token": options.max_characters_per_token,
+        "activation": options.activation,
+    }
+    defaults = {k: v for k, v in TrainingSection().model_dump().items()}
+    if preset_name == "tiny":
+        # Trained for well under one epoch of a large corpus: no overfitting to fight, so no dropout.
+        defaults["dropout"] = 0.0
+    return Config(
+        {
+            "paths": {"train": None, "dev": None},
+            "nlp": NlpSection().model_dump(),
+            "model": model,
+            "corpus": {**CorpusSection().model_dump(), "train": "${paths.train}", "dev": "${paths.dev}"},
+            "vocab": VocabSection().model_dump(),
+            "objective": ObjectiveSection().model_dump(),
+            "training": defaults,
+        }
+    )
+
+
+def load_config(
+    source: Union[str, Path, Config], overrides: Optional[Dict[str, Any]] = None
+) -> Tuple[PretrainConfig, Config]:
+    """Read, interpolate and validate a config; returns the typed config and the filled ``Config``."""
+    if isinstance(source, Config):
+        raw = Config(source).interpolate() if not overrides else Config().from_str(source.to_str(), overrides=overrides)
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise PretrainConfigError(f"Config file not found: {path}")
+        try:
+            raw = Config().from_disk(path, overrides=overrides or {})
+        except Exception as err:  # confection raises several kinds for bad syntax or overrides
+            raise PretrainConfigError(f"Cannot read config {path}: {err}") from None
+    raw = raw.interpolate()
+    try:
+        typed = PretrainConfig(**raw)
+    except ValidationError as err:
+        problems = "; ".join(f"[{'.'.join(str(p) for p in e['loc'])}] {e['msg']}" for e in err.errors())
+        raise PretrainConfigError(f"Invalid pretraining config: {problems}") from None
+    if not typed.corpus.train:
+        raise PretrainConfigError("No training data: set [paths] train in the config or pass --paths.train PATH")
+    try:
+        typed.options()
+    except Exception as err:
+        raise PretrainConfigError(f"Invalid [model] section: {err}") from None
+    return typed, raw

@@ -1,0 +1,278 @@
+"""The pretraining loop: one process, or one per device under ``torchrun`` (DistributedDataParallel).
+
+``OUTPUT_DIR`` holds ``options.json`` + ``weights.hdf5`` (AllenNLP layout, rewritten at every
+checkpoint so the directory always holds a usable model), ``vocab.txt``, ``config.cfg``,
+``checkpoint.pt`` (model, softmax, optimizer, random and data-stream states; written
+atomically) and ``log.jsonl``. Running the same command again resumes from the checkpoint and
+continues exactly as an uninterrupted run would.
+"""
+import json
+import math
+import os
+import signal
+import threading
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from confection import Config
+from tqdm import tqdm
+
+from ..model.encoder import length_batches
+from ..weights import save_files
+from .config import PretrainConfig
+from .data import SentenceStream, make_tokenizer, read_sentences, resolve_files
+from .language_model import BiLanguageModel
+from .vocab import Vocab, count_sentences
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class _Interrupted(Exception):
+    """Raised from the SIGTERM handler so the loop can save a checkpoint before exiting."""
+
+
+def _distributed() -> tuple:
+    """``(rank, world_size)``; starts the process group when launched by ``torchrun``."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    return rank, world
+
+
+def _device(rank: int) -> torch.device:
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _build_vocab(config: PretrainConfig, output_dir: Path, tokenize, rank: int) -> Vocab:
+    path = output_dir / "vocab.txt"
+    if rank == 0 and not path.exists():
+        files = resolve_files(config.corpus.train)
+        sentences = count_sentences(files, tokenize, config.corpus.max_sentence_tokens, config.vocab.max_lines)
+        Vocab.build(sentences, config.vocab.size).to_file(path)
+    _barrier()
+    return Vocab.from_file(path)
+
+
+def evaluate(model: BiLanguageModel, sentences: Sequence[Sequence[str]], batch_tokens: int) -> Dict[str, float]:
+    """Held-out perplexity of each direction and their average (the geometric mean, as bilm-tf reports)."""
+    was_training = model.training
+    model.eval()
+    fw = bw = 0.0
+    count = 0
+    with torch.no_grad():
+        for batch in length_batches([len(s) for s in sentences], batch_tokens * 2):
+            loss = model([sentences[i] for i in batch])
+            fw += loss.forward_nll.item()
+            bw += loss.backward_nll.item()
+            count += loss.n_targets
+    model.train(was_training)
+    fw_ppl, bw_ppl = math.exp(fw / count), math.exp(bw / count)
+    return {"forward_ppl": fw_ppl, "backward_ppl": bw_ppl, "average_ppl": math.exp((fw + bw) / (2 * count))}
+
+
+class Trainer:
+    """Holds everything of one pretraining run; :meth:`run` trains until ``max_steps``."""
+
+    def __init__(self, config: PretrainConfig, raw_config: Config, output_dir: Path):
+        self.config = config
+        self.output_dir = Path(output_dir)
+        self.rank, self.world = _distributed()
+        self.device = _device(self.rank)
+        if config.training.threads > 0:
+            torch.set_num_threads(config.training.threads)
+        if self.rank == 0:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            raw_config.to_disk(self.output_dir / "config.cfg")
+        _barrier()
+        tokenize = make_tokenizer(config.nlp.lang)
+        self.vocab = _build_vocab(config, self.output_dir, tokenize, self.rank)
+        training = config.training
+        torch.manual_seed(training.seed)
+        self.model = BiLanguageModel(
+            config.options(), self.vocab, config.objective.cutoffs, config.objective.div_value, training.dropout
+        ).to(self.device)
+        self.ddp: torch.nn.Module = self.model
+        if self.world > 1:
+            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+        self.optimizer = _optimizer(self.model, training)
+        self.stream = SentenceStream(
+            resolve_files(config.corpus.train),
+            tokenize,
+            batch_tokens=training.batch_tokens,
+            max_sentence_tokens=config.corpus.max_sentence_tokens,
+            shuffle_buffer=config.corpus.shuffle_buffer,
+            seed=training.seed + 1,
+            rank=self.rank,
+            world_size=self.world,
+        )
+        self.dev: List[List[str]] = []
+        if config.corpus.dev and self.rank == 0:
+            self.dev = read_sentences(
+                config.corpus.dev, tokenize, config.corpus.max_sentence_tokens, config.corpus.dev_max_sentences
+            )
+        self.step = 0
+        self.tokens_seen = 0
+        self.elapsed = 0.0
+        if (self.output_dir / CHECKPOINT).exists():
+            self._load_checkpoint()
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _gathered_streams(self) -> List[Dict[str, Any]]:
+        state = self.stream.state_dict()
+        if not dist.is_initialized():
+            return [state]
+        states: List[Any] = [None] * self.world
+        dist.all_gather_object(states, state)
+        return states
+
+    def save_checkpoint(self) -> None:
+        """Write the weights export and then the training state, each atomically."""
+        streams = self._gathered_streams()
+        if self.rank == 0:
+            save_files(self.model.bilm, self.output_dir / "options.json", self.output_dir / "weights.hdf5")
+            state = {
+                "step": self.step,
+                "tokens_seen": self.tokens_seen,
+                "elapsed": self.elapsed,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "streams": json.dumps(streams),
+                "world_size": self.world,
+            }
+            tmp = self.output_dir / (CHECKPOINT + ".tmp")
+            torch.save(state, tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            tmp.replace(self.output_dir / CHECKPOINT)
+        _barrier()
+
+    def _load_checkpoint(self) -> None:
+        path = self.output_dir / CHECKPOINT
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+        except Exception as err:
+            raise RuntimeError(
+                f"Cannot read the checkpoint {path} ({err}). Move it away to start over, or restore a good copy."
+            ) from None
+        if state["world_size"] != self.world:
+            raise RuntimeError(
+                f"{path} was written by {state['world_size']} processes, but {self.world} are running; resume with "
+                f"--nproc_per_node matching the original run"
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"].cpu())
+        self.stream.load_state_dict(json.loads(state["streams"])[self.rank])
+        self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
+
+    # -- training ----------------------------------------------------------------------------
+
+    def _log(self, record: Dict[str, Any]) -> None:
+        if self.rank == 0:
+            with open(self.output_dir / "log.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _evaluate(self) -> Optional[Dict[str, float]]:
+        result = None
+        if self.rank == 0 and self.dev:
+            result = evaluate(self.model, self.dev, self.config.training.batch_tokens)
+            self._log({"step": self.step, "tokens_seen": self.tokens_seen, "event": "eval", **result})
+        _barrier()
+        return result
+
+    def train_step(self) -> float:
+        """One optimizer step on the next batch; returns the batch's mean loss."""
+        training = self.config.training
+        batch = self.stream.next_batch()
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if training.bf16 else nullcontext()
+        with autocast:
+            loss = self.ddp(batch)
+        loss.mean.backward()
+        if training.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), training.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens_seen += sum(len(s) + 1 for s in batch) * self.world
+        return loss.mean.item()
+
+    def run(self, progress: bool = True) -> Dict[str, Any]:
+        """Train to ``max_steps``, evaluating, logging and checkpointing on the way; resumable."""
+        training = self.config.training
+        self.model.train()
+        if self.step == 0:
+            self._evaluate()
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted) if _main_thread() else None
+        bar = tqdm(total=training.max_steps, initial=self.step, disable=not progress or self.rank != 0, unit="step")
+        window_loss, window_steps, window_start, window_tokens = 0.0, 0, time.perf_counter(), self.tokens_seen
+        last_eval: Optional[Dict[str, float]] = None
+        try:
+            while self.step < training.max_steps:
+                start = time.perf_counter()
+                window_loss += self.train_step()
+                window_steps += 1
+                self.elapsed += time.perf_counter() - start
+                bar.update(1)
+                if self.step % training.log_every == 0:
+                    seconds = time.perf_counter() - window_start
+                    record = {
+                        "step": self.step,
+                        "tokens_seen": self.tokens_seen,
+                        "loss": window_loss / window_steps,
+                        "train_ppl": math.exp(min(50.0, window_loss / window_steps)),
+                        "tokens_per_s": (self.tokens_seen - window_tokens) / max(seconds, 1e-9),
+                        "elapsed_s": self.elapsed,
+                    }
+                    self._log(record)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}")
+                    window_loss, window_steps, window_start, window_tokens = 0.0, 0, time.perf_counter(), self.tokens_seen
+                if self.step % training.eval_every == 0:
+                    last_eval = self._evaluate() or last_eval
+                if self.step % training.checkpoint_every == 0:
+                    self.save_checkpoint()
+        except (KeyboardInterrupt, _Interrupted):
+            bar.close()
+            self.save_checkpoint()
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        bar.close()
+        if self.step % training.eval_every != 0:
+            last_eval = self._evaluate() or last_eval
+        self.save_checkpoint()
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "eval": last_eval}
+
+
+def _optimizer(model: torch.nn.Module, training) -> torch.optim.Optimizer:
+    params = model.parameters()
+    if training.optimizer == "adagrad":
+        return torch.optim.Adagrad(params, lr=training.learn_rate, initial_accumulator_value=training.initial_accumulator)
+    if training.optimizer == "adam":
+        return torch.optim.Adam(params, lr=training.learn_rate)
+    return torch.optim.SGD(params, lr=training.learn_rate)
+
+
+def _raise_interrupted(signum, frame):
+    raise _Interrupted()
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

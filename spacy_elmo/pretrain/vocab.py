@@ -1,0 +1,65 @@
+"""The word vocabulary the language model predicts: the most frequent training tokens."""
+from collections import Counter
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from ..model.chars import BOS_TOKEN, EOS_TOKEN
+from .data import Tokenizer, open_text, split_long
+
+UNK_TOKEN = "<UNK>"
+SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
+
+
+class Vocab:
+    """Words ↔ ids. Ids 0, 1, 2 are ``<S>``, ``</S>``, ``<UNK>`` (bilm-tf's order), then by frequency.
+
+    ``<UNK>`` is only ever a target: the biLM reads every word through its characters.
+    """
+
+    def __init__(self, words: Sequence[str]):
+        if tuple(words[:3]) != SPECIALS:
+            raise ValueError(f"A vocabulary must start with {SPECIALS}, found {tuple(words[:3])}")
+        self.words: List[str] = list(words)
+        self.ids: Dict[str, int] = {w: i for i, w in enumerate(self.words)}
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def unk(self) -> int:
+        return 2
+
+    def encode(self, tokens: Iterable[str]) -> List[int]:
+        return [self.ids.get(t, 2) for t in tokens]
+
+    @classmethod
+    def build(cls, sentences: Iterable[Sequence[str]], size: int) -> "Vocab":
+        """The ``size - 3`` most frequent tokens (ties broken by first occurrence) plus the specials."""
+        counts: Counter = Counter()
+        for sentence in sentences:
+            counts.update(sentence)
+        for special in SPECIALS:
+            counts.pop(special, None)
+        return cls(list(SPECIALS) + [w for w, _ in counts.most_common(max(0, size - 3))])
+
+    def to_file(self, path: Path) -> None:
+        tmp = Path(str(path) + ".tmp")
+        tmp.write_text("\n".join(self.words) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def from_file(cls, path: Path) -> "Vocab":
+        return cls(Path(path).read_text(encoding="utf-8").rstrip("\n").split("\n"))
+
+
+def count_sentences(
+    files: Sequence[Path], tokenize: Tokenizer, max_tokens: int, max_lines: Optional[int]
+) -> Iterable[List[str]]:
+    """Tokenised sentences for counting words: up to ``max_lines`` lines, spread evenly over ``files``."""
+    per_file = None if max_lines is None else max(1, max_lines // len(files))
+    for path in files:
+        with open_text(path) as f:
+            for n, line in enumerate(f):
+                if per_file is not None and n >= per_file:
+                    break
+                yield from split_long(tokenize(line.strip()), max_tokens)

@@ -1,0 +1,57 @@
+"""Fixtures of the pipeline tests: blank English pipelines with the tiny reference biLM, and a CoNLL-2003 slice."""
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+import spacy
+from spacy.language import Language
+
+from ..conftest import ALLENNLP, SHARED
+
+CONLL_TRAIN = SHARED / "data" / "conll2003" / "train.txt"
+OPTIONS, WEIGHTS = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")
+
+
+def elmo_config(**overrides) -> dict:
+    """The ``elmo`` config of the tests: the reference fixture weights, zero initial state."""
+    return {"options_file": OPTIONS, "weight_file": WEIGHTS, "initial_state": "zeros", **overrides}
+
+
+def make_nlp(**overrides) -> Language:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(**overrides))
+    return nlp
+
+
+def read_conll(path: Path, n_sentences: int) -> List[List[Tuple[str, str]]]:
+    """The first ``n_sentences`` sentences of a CoNLL-2003 file as (word, NER tag) pairs."""
+    if not path.exists():
+        pytest.skip(f"CoNLL-2003 data not found at {path}")
+    sentences, current = [], []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if fields and fields[0] != "-DOCSTART-":
+                current.append((fields[0], fields[-1]))
+            elif current:
+                sentences.append(current)
+                current = []
+                if len(sentences) == n_sentences:
+                    break
+    return sentences
+
+
+@pytest.fixture
+def nlp() -> Language:
+    return make_nlp()
+
+
+@pytest.fixture(autouse=True, scope="package")
+def one_torch_thread():
+    """The tiny test biLM is dominated by per-op thread hand-offs on a busy machine; one thread is faster."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -1,0 +1,57 @@
+"""The component's biLM model: segments, batch order, stateful mode, gradients when fine-tuning."""
+import numpy as np
+import spacy
+import torch
+from spacy.tokens import Doc
+
+from spacy_elmo import ElmoEmbedder
+from spacy_elmo.pipeline.bilm_model import Segment, _ordered_batches, doc_segments, encode_docs, frozen_backprop
+
+from .conftest import OPTIONS, WEIGHTS, make_nlp
+
+
+def test_segments_follow_sentences_then_windows():
+    vocab = spacy.blank("en").vocab
+    plain = Doc(vocab, words=list("abcdefg"))
+    sentenced = Doc(vocab, words=list("abcdefg"), sent_starts=[True, False, False, False, False, True, False])
+    empty = Doc(vocab, words=[])
+    assert doc_segments([plain, empty, sentenced], 3) == [
+        Segment(0, 0, 3), Segment(0, 3, 6), Segment(0, 6, 7),
+        Segment(2, 0, 3), Segment(2, 3, 5), Segment(2, 5, 7),
+    ]  # fmt: skip
+
+
+def test_ordered_batches_keep_order_under_the_padded_token_cap():
+    lengths = [3, 1, 8, 2, 2, 9, 1]
+    batches = _ordered_batches(lengths, 20)
+    assert [i for batch in batches for i in batch] == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * (max(lengths[i] for i in batch) + 2) <= 20
+
+
+def test_stateful_mode_carries_state_like_the_embedder():
+    nlp = make_nlp(stateful=True)
+    embedder = ElmoEmbedder(OPTIONS, WEIGHTS, initial_state="zeros", stateful=True)
+    for text in ["The first sentence .", "Then a second one", "The first sentence ."]:
+        doc = nlp(text)
+        expected = embedder.embed_sentence([t.text for t in doc]).mean(axis=0)
+        np.testing.assert_allclose(doc._.elmo, expected, atol=1e-5)
+    nlp.get_pipe("elmo").reset_states()
+    embedder.reset_states()
+    doc = nlp("Then a second one")
+    np.testing.assert_allclose(doc._.elmo, embedder.embed_sentence([t.text for t in doc]).mean(0), atol=1e-5)
+
+
+def test_gradients_reach_the_biLM_only_when_not_frozen():
+    for frozen in (True, False):
+        nlp = make_nlp(frozen=frozen)
+        model = nlp.get_pipe("elmo").model
+        docs = [nlp.make_doc("Gradients flow"), nlp.make_doc("or not")]
+        layers, backprop = encode_docs(model, docs, is_train=True)
+        assert (backprop is frozen_backprop) == frozen
+        backprop([np.ones_like(x) for x in layers])
+        grads = [p.grad for p in model.shims[0].module.parameters()]
+        if frozen:
+            assert all(g is None for g in grads)
+        else:
+            assert any(g is not None and torch.count_nonzero(g) > 0 for g in grads)

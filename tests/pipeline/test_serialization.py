@@ -1,0 +1,108 @@
+"""Round trips: pipeline to disk / bytes / pickle, Docs to bytes / DocBin, and multiprocess ``nlp.pipe``."""
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import spacy
+import srsly
+from spacy.tokens import Doc, DocBin
+
+from spacy_elmo.pipeline.bilm_model import build_bilm_model
+
+from .conftest import make_nlp
+
+TEXTS = ["The cat sat on the mat .", "Short .", "Another , rather longer sentence with more words in it"]
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A pipeline saved to disk, with the vectors it gave before saving."""
+    nlp = make_nlp(store_layers=True)
+    path = tmp_path_factory.mktemp("pipeline") / "nlp"
+    nlp.to_disk(path)
+    return path, [nlp(text)._.elmo for text in TEXTS]
+
+
+def assert_same_vectors(nlp, expected):
+    for text, vectors in zip(TEXTS, expected):
+        np.testing.assert_array_equal(nlp(text)._.elmo, vectors)
+
+
+def test_to_disk_then_spacy_load(saved):
+    path, expected = saved
+    assert_same_vectors(spacy.load(path), expected)
+
+
+def test_saved_weights_are_hdf5_and_json_not_pickle(saved):
+    path, _ = saved
+    model = srsly.msgpack_loads((path / "elmo" / "model").read_bytes())
+    (shim_bytes,) = [shims[0] for shims in model["shims"] if shims]
+    payload = srsly.msgpack_loads(shim_bytes)
+    assert set(payload) == {"options", "weights"}
+    assert srsly.json_loads(payload["options"])["lstm"]["projection_dim"] == 16
+    assert payload["weights"].startswith(HDF5_SIGNATURE)
+
+
+def test_spacy_load_in_a_fresh_process_needs_no_import(saved):
+    path, expected = saved
+    script = textwrap.dedent(
+        f"""
+        import sys, numpy as np, spacy, torch
+        torch.set_num_threads(1)
+        nlp = spacy.load({str(path)!r})
+        assert "spacy_elmo" in sys.modules  # imported by spaCy through the entry points, not by us
+        np.save(sys.stdout.buffer, nlp({TEXTS[0]!r})._.elmo)
+        """
+    )
+    assert "import spacy_elmo" not in script
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True, timeout=300)
+    from io import BytesIO
+
+    np.testing.assert_array_equal(np.load(BytesIO(result.stdout)), expected[0])
+
+
+def test_to_bytes_from_bytes():
+    nlp = make_nlp(mix="top")
+    expected = [nlp(text)._.elmo for text in TEXTS]
+    loaded = spacy.blank("en")
+    loaded.add_pipe("elmo", config={"mix": "top"})  # no weight files: everything comes from the bytes
+    loaded.from_bytes(nlp.to_bytes())
+    assert_same_vectors(loaded, expected)
+
+
+def test_an_unloaded_biLM_model_round_trips_as_empty():
+    model = build_bilm_model()
+    copy = build_bilm_model().from_bytes(model.to_bytes())
+    assert copy.shims[0].module is None
+
+
+def test_pickled_pipeline_gives_the_same_vectors():
+    nlp = make_nlp()
+    expected = [nlp(text)._.elmo for text in TEXTS]
+    assert_same_vectors(pickle.loads(pickle.dumps(nlp)), expected)
+
+
+def test_two_processes_give_the_same_vectors_as_one():
+    nlp = make_nlp()
+    expected = [doc._.elmo for doc in nlp.pipe(TEXTS * 2, batch_size=2)]
+    found = [doc._.elmo for doc in nlp.pipe(TEXTS * 2, n_process=2, batch_size=2)]
+    for a, b in zip(found, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_doc_to_bytes_and_docbin_keep_the_attributes():
+    nlp = make_nlp(store_layers=True)
+    docs = list(nlp.pipe(TEXTS))
+    restored = Doc(nlp.vocab).from_bytes(docs[0].to_bytes())
+    np.testing.assert_array_equal(restored._.elmo, docs[0]._.elmo)
+    np.testing.assert_array_equal(restored._.elmo_layers, docs[0]._.elmo_layers)
+    assert restored._.elmo.dtype == np.float32
+    docbin = DocBin(store_user_data=True, docs=docs)
+    for before, after in zip(docs, DocBin().from_bytes(docbin.to_bytes()).get_docs(nlp.vocab)):
+        np.testing.assert_array_equal(after._.elmo, before._.elmo)
+        np.testing.assert_array_equal(after._.elmo_layers, before._.elmo_layers)
+        np.testing.assert_array_equal(after[1]._.elmo, before._.elmo[1])

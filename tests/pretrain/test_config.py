@@ -1,0 +1,37 @@
+import pytest
+
+from spacy_elmo.options import preset
+from spacy_elmo.pretrain.config import PretrainConfigError, default_config, load_config
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "medium", "original"])
+def test_presets_validate_and_give_the_published_architecture(name, tmp_path):
+    config = default_config(name)
+    config["paths"]["train"] = "corpus.txt"
+    typed, _ = load_config(config)
+    assert typed.options() == preset(name)
+
+
+def test_overrides_apply(tmp_path):
+    path = tmp_path / "c.cfg"
+    default_config("tiny").to_disk(path)
+    typed, _ = load_config(path, {"paths.train": "x.txt", "training.max_steps": 7})
+    assert typed.corpus.train == "x.txt" and typed.training.max_steps == 7
+
+
+def test_unknown_key_and_bad_value_are_named(tmp_path):
+    config = default_config("tiny")
+    config["paths"]["train"] = "x.txt"
+    config["training"]["learning_rate"] = 0.1
+    with pytest.raises(PretrainConfigError, match=r"\[training.learning_rate\]"):
+        load_config(config)
+    config = default_config("tiny")
+    config["paths"]["train"] = "x.txt"
+    config["training"]["optimizer"] = "lion"
+    with pytest.raises(PretrainConfigError, match="optimizer"):
+        load_config(config)
+
+
+def test_missing_training_data_says_how_to_give_it():
+    with pytest.raises(PretrainConfigError, match="--paths.train"):
+        load_config(default_config("tiny"))

@@ -1,0 +1,58 @@
+import gzip
+
+from spacy_elmo.pretrain.data import SentenceStream, read_sentences, resolve_files
+from spacy_elmo.pretrain.vocab import Vocab
+
+
+def _corpus(tmp_path, n_lines=40):
+    plain = tmp_path / "a.txt"
+    plain.write_text("".join(f"line {i} has words w{i % 7}\n" for i in range(n_lines // 2)))
+    with gzip.open(tmp_path / "b.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(f"line {i} has words w{i % 7}\n" for i in range(n_lines // 2, n_lines)))
+    return resolve_files(str(tmp_path))
+
+
+def _first_token_ids(stream, n_batches):
+    return [int(s[1]) for _ in range(n_batches) for s in stream.next_batch()]
+
+
+def test_ranks_split_an_epoch_into_disjoint_halves(tmp_path):
+    files = _corpus(tmp_path)
+    seen = []
+    for rank in (0, 1):
+        stream = SentenceStream(files, str.split, batch_tokens=25, shuffle_buffer=1, seed=0, rank=rank, world_size=2, pool_batches=1)
+        seen.append(set(_first_token_ids(stream, 4)))  # 4 batches x 5 sentences = 20 lines = one epoch per rank
+    assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(40))
+
+
+def test_stream_state_resumes_exactly(tmp_path):
+    files = _corpus(tmp_path)
+    a = SentenceStream(files, str.split, batch_tokens=12, shuffle_buffer=6, seed=5, pool_batches=3)
+    for _ in range(7):
+        a.next_batch()
+    b = SentenceStream(files, str.split, batch_tokens=12, shuffle_buffer=6, seed=5, pool_batches=3)
+    b.load_state_dict(a.state_dict())
+    assert [a.next_batch() for _ in range(25)] == [b.next_batch() for _ in range(25)]
+
+
+def test_batches_group_similar_lengths(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text("".join(("x " * (1 + i % 9)).strip() + "\n" for i in range(90)))
+    stream = SentenceStream(resolve_files(str(path)), str.split, batch_tokens=20, shuffle_buffer=30, seed=0, pool_batches=10)
+    spreads = [max(map(len, b)) - min(map(len, b)) for b in (stream.next_batch() for _ in range(8))]
+    assert sum(spreads) / len(spreads) <= 2
+
+
+def test_long_lines_are_split_and_read_sentences_limits(tmp_path):
+    path = tmp_path / "long.txt"
+    path.write_text(" ".join(str(i) for i in range(25)) + "\n")
+    assert [len(s) for s in read_sentences(str(path), str.split, max_tokens=10)] == [10, 10, 5]
+    assert len(read_sentences(str(path), str.split, max_tokens=10, limit=2)) == 2
+
+
+def test_vocab_is_specials_then_by_frequency(tmp_path):
+    vocab = Vocab.build([["b", "a", "b"], ["c", "b", "a"]], size=5)
+    assert vocab.words == ["<S>", "</S>", "<UNK>", "b", "a"]
+    assert vocab.encode(["a", "zzz"]) == [4, 2]
+    vocab.to_file(tmp_path / "v.txt")
+    assert Vocab.from_file(tmp_path / "v.txt").words == vocab.words

@@ -1,0 +1,84 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+from spacy_elmo import ElmoEmbedder
+from spacy_elmo.model.encoder import ElmoEncoder
+from spacy_elmo.pretrain.config import load_config
+from spacy_elmo.pretrain.trainer import Trainer
+from tests.pretrain.conftest import tiny_config
+
+
+def _trainer(out, max_steps, **training) -> Trainer:
+    typed, raw = load_config(tiny_config(max_steps, **training))
+    return Trainer(typed, raw, out)
+
+
+def _evals(out):
+    return [r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if r.get("event") == "eval"]
+
+
+def test_tiny_model_learns_the_fixture_corpus(tmp_path):
+    result = _trainer(tmp_path, 100, eval_every=100, optimizer="adam", learn_rate=0.01).run(progress=False)
+    first, last = _evals(tmp_path)[0], _evals(tmp_path)[-1]
+    assert first["step"] == 0 and last["step"] == 100
+    assert last["average_ppl"] < 20 < first["average_ppl"] / 3  # bilm-tf's own bar is < 20 on this corpus
+    assert result["eval"] == {k: last[k] for k in ("forward_ppl", "backward_ppl", "average_ppl")}
+
+
+def test_resume_after_interruption_equals_uninterrupted_training(tmp_path):
+    straight = _trainer(tmp_path / "a", 20)
+    straight.run(progress=False)
+    interrupted = _trainer(tmp_path / "b", 13)
+    interrupted.run(progress=False)
+    # A crash after step 13 loses nothing beyond the last checkpoint; rerunning resumes from it.
+    resumed = _trainer(tmp_path / "b", 20)
+    assert resumed.step == 13
+    resumed.run(progress=False)
+    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    # Log windows that don't span the interruption are the same too.
+    logged = {r["step"]: r["loss"] for r in _log(tmp_path / "b")}
+    assert [(r["step"], r["loss"]) for r in _log(tmp_path / "a") if r["step"] != 15] == [
+        (step, logged[step]) for step in (5, 10, 20)
+    ]
+
+
+def _log(out):
+    return [r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def test_exported_files_load_into_the_embedder_with_the_same_outputs(tmp_path):
+    trainer = _trainer(tmp_path, 10)
+    trainer.run(progress=False)
+    sentences = [["The", "model", "reads", "this", "."], ["Another", "one"]]
+    with torch.no_grad():
+        in_memory = ElmoEncoder(trainer.model.bilm.eval()).embed_sentences(sentences)
+    loaded = ElmoEmbedder(tmp_path / "options.json", tmp_path / "weights.hdf5", initial_state="zeros").embed_batch(sentences)
+    for a, b in zip(in_memory, loaded):
+        np.testing.assert_array_equal(a.numpy(), b)
+    vocab = (tmp_path / "vocab.txt").read_text().split("\n")
+    assert vocab[:3] == ["<S>", "</S>", "<UNK>"]
+
+
+def test_two_processes_with_torchrun_end_with_identical_replicas(tmp_path):
+    config = tmp_path / "ddp.cfg"
+    tiny_config(12, checkpoint_every=12, log_every=4).to_disk(config)
+    worker = ["-m", "tests.pretrain.ddp_worker", str(config), str(tmp_path / "out")]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29581"]
+    done = subprocess.run(launch + worker, capture_output=True, text=True, timeout=300, cwd=_repo_root())
+    assert done.returncode == 0, done.stderr[-3000:]
+    replicas = [torch.load(tmp_path / "out" / f"replica{r}.pt", weights_only=True) for r in (0, 1)]
+    for name, tensor in replicas[0].items():
+        assert torch.equal(tensor, replicas[1][name]), name
+    losses = [r["loss"] for r in _log(tmp_path / "out")]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+
+
+def _repo_root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2]
