@@ -10,7 +10,7 @@ setup(
     python_requires=">=3.9",
     packages=find_packages(exclude=["tests", "tests.*"]),
     include_package_data=True,
-    package_data={"spacy_elmo": ["data/*", "data/**/*"]},
+    package_data={"spacy_elmo": ["data/*", "data/**/*", "pipeline/configs/*.cfg"]},
     install_requires=[
         "spacy>=3.8,<3.9",
         "thinc>=8.3,<8.4",

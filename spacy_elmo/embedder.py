@@ -10,7 +10,7 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .model.bilm import BiLmState
+from .model.carried_state import CarriedState
 from .model.encoder import ElmoEncoder
 from .weights import load_files
 from .default_model import default_model_files
@@ -55,7 +55,7 @@ class ElmoEmbedder:
             self.encoder.fill_cache(cache_words)
         self.stateful = stateful
         self.max_batch_tokens = max_batch_tokens
-        self._state: Optional[BiLmState] = None
+        self._carried = CarriedState()
 
     @property
     def options(self):
@@ -63,7 +63,7 @@ class ElmoEmbedder:
 
     def reset_states(self) -> None:
         """Forget carried state (stateful mode): the next call starts from the initial state."""
-        self._state = None
+        self._carried.reset()
 
     def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
         """Layers of one sentence: float32 ``(n_layers + 1, len(sentence), 2 * projection_dim)``."""
@@ -93,24 +93,6 @@ class ElmoEmbedder:
             yield from self.embed_batch(batch)
 
     def _embed_stateful(self, batch: List[List[str]]) -> List[torch.Tensor]:
-        rows = len(batch)
-        start = self.encoder.start_state(rows)
-        if self._state is not None:
-            carried = min(rows, self._state.rows)
-            h, c = start.h.clone(), start.c.clone()
-            h[:, :, :carried] = self._state.h[:, :, :carried]
-            c[:, :, :carried] = self._state.c[:, :, :carried]
-            start = BiLmState(h, c)
-        layers, _, final = self.encoder(batch, start)
-        self._state = _merge_rows(self._state, final)
+        layers, _, final = self.encoder(batch, self._carried.start(self.encoder, len(batch)))
+        self._carried.update(final)
         return [layers[:, i, : len(s)] for i, s in enumerate(batch)]
-
-
-def _merge_rows(old: Optional[BiLmState], new: BiLmState) -> BiLmState:
-    """The carried state after a call: the new rows, and older rows beyond them left as they were."""
-    if old is None or old.rows <= new.rows:
-        return new
-    h, c = old.h.clone(), old.c.clone()
-    h[:, :, : new.rows] = new.h
-    c[:, :, : new.rows] = new.c
-    return BiLmState(h, c)

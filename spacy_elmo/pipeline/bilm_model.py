@@ -25,8 +25,8 @@ from thinc.types import Floats2d, Floats3d, FloatsXd
 from torch import nn
 
 from ..default_model import default_model_files
-from ..embedder import DEFAULT_INITIAL_STATE, _merge_rows
-from ..model.bilm import BiLmState
+from ..embedder import DEFAULT_INITIAL_STATE
+from ..model.carried_state import CarriedState
 from ..model.encoder import INITIAL_STATES, ElmoEncoder, length_batches
 from ..options import ElmoOptions
 from ..weights import bilm_from_bytes, load_files, weights_to_bytes
@@ -62,7 +62,7 @@ class SegmentEncoder(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.stateful = stateful
-        self.carried: Optional[BiLmState] = None
+        self.carried = CarriedState()
 
     @property
     def options(self) -> ElmoOptions:
@@ -84,25 +84,15 @@ class SegmentEncoder(nn.Module):
         out = self.encoder.bilm.w_proj.new_zeros(shape)
         batches = _ordered_batches(lengths, max_batch_tokens) if self.stateful else length_batches(lengths, max_batch_tokens)
         for batch in batches:
-            layers, _, final = self.encoder([segments[i] for i in batch], self._start_state(len(batch)))
+            start = self.carried.start(self.encoder, len(batch)) if self.stateful else None
+            layers, _, final = self.encoder([segments[i] for i in batch], start)
             if self.stateful:
-                self.carried = _merge_rows(self.carried, final.detach())
+                self.carried.update(final)
             if mix is not None:
                 layers = torch.tensordot(mix.to(layers.dtype), layers, dims=1)
             for row, i in enumerate(batch):
                 out[..., offsets[i] : offsets[i + 1], :] = layers[..., row, : lengths[i], :]
         return out
-
-    def _start_state(self, rows: int) -> Optional[BiLmState]:
-        """The initial state, with the rows carried from the previous batch in stateful mode."""
-        if not self.stateful or self.carried is None:
-            return None
-        start = self.encoder.start_state(rows)
-        h, c = start.h.clone(), start.c.clone()
-        carried = min(rows, self.carried.rows)
-        h[:, :, :carried] = self.carried.h[:, :, :carried]
-        c[:, :, :carried] = self.carried.c[:, :, :carried]
-        return BiLmState(h, c)
 
 
 def _ordered_batches(lengths: Sequence[int], max_batch_tokens: int) -> List[List[int]]:
@@ -241,7 +231,8 @@ def _apply_settings(model: Model) -> SegmentEncoder:
         module.encoder.initial_state = attrs["initial_state"]
         module.encoder.weights_changed()
     if module.stateful != attrs["stateful"]:
-        module.stateful, module.carried = attrs["stateful"], None
+        module.stateful = attrs["stateful"]
+        module.carried.reset()
     trainable = not attrs["frozen"]
     for param in module.parameters():
         if param.requires_grad != trainable:
@@ -259,7 +250,7 @@ def bilm_options(model: Model) -> ElmoOptions:
 def reset_state(model: Model) -> None:
     """Forget the state carried between calls in stateful mode."""
     if is_loaded(model):
-        model.shims[0].module.carried = None
+        model.shims[0].module.carried.reset()
 
 
 def doc_segments(docs: Sequence[Doc], max_tokens: int) -> List[Segment]:
