@@ -10,6 +10,17 @@ from .options import PRESET_NAMES
 app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs.", no_args_is_help=True)
 
 
+@app.command("demo")
+def demo(
+    options_file: str = typer.Option(None, "--options", help="options.json of another ELMo model"),
+    weight_file: str = typer.Option(None, "--weights", help="weights .hdf5 of another ELMo model"),
+) -> None:
+    """Show contextual nearest neighbours separating the senses of "bank" and "play"."""
+    from .demo import run
+
+    run(options_file, weight_file)
+
+
 @app.command("init-config")
 def init_config(
     output_file: Path = typer.Argument(..., help="Where to write the config (.cfg); '-' for stdout"),
