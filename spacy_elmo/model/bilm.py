@@ -96,7 +96,8 @@ class BiLm(nn.Module):
             state = BiLmState.zeros(self.options, batch, tokens)
         packing = Packing(lengths, steps, tokens.device)
         start = state.select(packing.order)
-        mask = torch.arange(steps, device=tokens.device)[None, :] < torch.tensor(list(lengths), device=tokens.device)[:, None]
+        lengths_t = torch.tensor(list(lengths), device=tokens.device)
+        mask = torch.arange(steps, device=tokens.device)[None, :] < lengths_t[:, None]
         layers = [torch.cat((tokens, tokens), dim=-1) * mask.unsqueeze(-1).to(tokens.dtype)]
         inputs = packing.pack(tokens, 2)  # forward and backward reading of every row
         final_h, final_c = [], []

@@ -50,9 +50,8 @@ class LstmWithProjection(nn.Module):
         row's state after its last real step.
         """
         packing = Packing(lengths, x.shape[1], x.device)
-        out, h, c = run_packed(
-            [self], packing.pack(x, 1), packing.active, h0.index_select(0, packing.order)[None], c0.index_select(0, packing.order)[None]
-        )
+        h0, c0 = h0.index_select(0, packing.order)[None], c0.index_select(0, packing.order)[None]
+        out, h, c = run_packed([self], packing.pack(x, 1), packing.active, h0, c0)
         return packing.unpack(out), h[0].index_select(0, packing.unsort), c[0].index_select(0, packing.unsort)
 
 
