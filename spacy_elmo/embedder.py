@@ -17,7 +17,7 @@ from .default_model import default_model_files
 
 PathLike = Union[str, Path]
 
-DEFAULT_INITIAL_STATE = "zeros"
+DEFAULT_INITIAL_STATE = "auto"
 
 
 class ElmoEmbedder:
@@ -25,8 +25,10 @@ class ElmoEmbedder:
 
     options_file, weight_file: AllenNLP/bilm-tf ``options.json`` and weights ``.hdf5``; both None
         means the English model embedded in this package.
-    initial_state: where each sentence's LSTMs start: ``"zeros"`` or ``"warm"`` (the state after a
-        fixed short text). A sentence's vectors then depend only on the sentence.
+    initial_state: where each sentence's LSTMs start: ``"zeros"``, ``"warm"`` (the state after a
+        fixed short text) or ``"auto"`` (default): the start the model was trained from, i.e. "warm"
+        for the published models (trained with carried state) and "zeros" for models made by
+        ``python -m spacy_elmo pretrain``. A sentence's vectors then depend only on the sentence.
     stateful: carry each batch row's final LSTM state into the same row of the next call, exactly
         as AllenNLP and bilm-tf do (``reset_states()`` clears it). Results then depend on history.
     device: torch device ("cpu", "cuda", "cuda:1", ...).

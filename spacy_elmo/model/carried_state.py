@@ -9,7 +9,7 @@ class CarriedState:
     """LSTM state carried row by row across calls, exactly as AllenNLP and bilm-tf do.
 
     Row ``r`` of a call starts from the final state of row ``r`` of the most recent call that had
-    such a row; new rows start from the encoder's initial state. A call with fewer rows leaves
+    such a row; new rows start from the encoder's initial state (zeros for ``"auto"``). A call with fewer rows leaves
     the state of the rows beyond it untouched.
     """
 
@@ -21,7 +21,7 @@ class CarriedState:
 
     def start(self, encoder: ElmoEncoder, rows: int) -> BiLmState:
         """The starting state of a call with ``rows`` rows."""
-        start = encoder.start_state(rows)
+        start = encoder.start_state(rows, stateful=True)
         if self.state is None:
             return start
         carried = min(rows, self.state.rows)

@@ -17,19 +17,36 @@ WARM_UP_TEXT = (
     "Then they came home , had dinner and talked about what had happened .",
 )
 
-INITIAL_STATES = ("zeros", "warm")
+INITIAL_STATES = ("auto", "zeros", "warm")
+
+# Key of ``options.json`` that names the start state a model was trained from; this package's
+# ``pretrain`` writes "zeros". The published models were trained with state carried across batches.
+TRAINING_START_KEY = "training_initial_state"
+
+
+def resolve_initial_state(initial_state: str, options, stateful: bool = False) -> str:
+    """What ``"auto"`` means for a model: the start it was trained from.
+
+    That is "zeros" if ``options.json`` says so (models made by this package's ``pretrain``), and
+    "warm" for the published models, which were trained with state carried across batches. In the
+    stateful mode "auto" starts from zeros, exactly as the references do.
+    """
+    if initial_state != "auto":
+        return initial_state
+    return "zeros" if stateful or options.extra.get(TRAINING_START_KEY) == "zeros" else "warm"
 
 
 class ElmoEncoder(nn.Module):
     """Runs a :class:`BiLm` over tokenised sentences and returns their layers without ``<S>``/``</S>``.
 
     ``initial_state`` says where every sentence's LSTMs start when no carried state is given:
-    ``"zeros"`` (the reference right after ``reset_states()``) or ``"warm"`` (the state left by
-    :data:`WARM_UP_TEXT`, the same for every sentence). Either way a sentence's vectors depend
-    on nothing but the sentence.
+    ``"zeros"`` (the reference right after ``reset_states()``), ``"warm"`` (the state left by
+    :data:`WARM_UP_TEXT`, the same for every sentence) or ``"auto"``: the start the model was
+    trained from (see :func:`resolve_initial_state`). Either way a sentence's vectors depend on
+    nothing but the sentence.
     """
 
-    def __init__(self, bilm: BiLm, initial_state: str = "zeros", cache_size: int = 0):
+    def __init__(self, bilm: BiLm, initial_state: str = "auto", cache_size: int = 0):
         super().__init__()
         if initial_state not in INITIAL_STATES:
             raise ValueError(f"initial_state must be one of {INITIAL_STATES}, found {initial_state!r}")
@@ -96,9 +113,9 @@ class ElmoEncoder(nn.Module):
             if batch and not self.cache.full:
                 self.token_vectors(batch)
 
-    def start_state(self, rows: int) -> BiLmState:
-        """The state every sentence starts from when none is carried over."""
-        if self.initial_state == "zeros":
+    def start_state(self, rows: int, stateful: bool = False) -> BiLmState:
+        """The state every sentence starts from when none is carried over (``stateful``: new rows of that mode)."""
+        if resolve_initial_state(self.initial_state, self.options, stateful) == "zeros":
             return BiLmState.zeros(self.options, rows, self.bilm.w_proj)
         if self._warm is None:
             with torch.no_grad():

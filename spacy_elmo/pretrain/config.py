@@ -6,6 +6,7 @@ from confection import Config
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..errors import ElmoError
+from ..model.encoder import TRAINING_START_KEY
 from ..options import ElmoOptions, PRESET_NAMES, preset
 
 
@@ -96,7 +97,8 @@ class PretrainConfig(_Section):
         """The biLM options the trained model will be written with."""
         data = self.model.model_dump()
         data["filters"] = tuple(tuple(f) for f in data["filters"])
-        return ElmoOptions(**data)
+        # Every training sentence starts from the zero state: "auto" picks that start at inference.
+        return ElmoOptions(**data, extra={TRAINING_START_KEY: "zeros"})
 
 
 def default_config(preset_name: str = "tiny") -> Config:

@@ -28,3 +28,21 @@ def test_length_batches_respect_the_token_cap():
     assert sorted(i for b in batches for i in b) == list(range(7))
     for b in batches:
         assert len(b) == 1 or len(b) * (max(lengths[i] for i in b) + 2) <= 64
+
+
+def test_auto_start_is_warm_for_published_models_and_zeros_for_our_own(tmp_path, allennlp_files):
+    from spacy_elmo import ElmoEmbedder
+    from spacy_elmo.model.encoder import TRAINING_START_KEY
+    from spacy_elmo.options import ElmoOptions
+
+    sentence = ["A", "short", "one"]
+    auto = ElmoEmbedder(*allennlp_files).embed_sentence(sentence)
+    warm = ElmoEmbedder(*allennlp_files, initial_state="warm").embed_sentence(sentence)
+    zeros = ElmoEmbedder(*allennlp_files, initial_state="zeros").embed_sentence(sentence)
+    np.testing.assert_array_equal(auto, warm)
+    assert np.abs(auto - zeros).max() > 1e-3
+    data = ElmoOptions.from_file(allennlp_files[0]).to_dict()
+    data[TRAINING_START_KEY] = "zeros"  # what `pretrain` writes
+    ElmoOptions.from_dict(data).to_file(tmp_path / "options.json")
+    ours = ElmoEmbedder(tmp_path / "options.json", allennlp_files[1]).embed_sentence(sentence)
+    np.testing.assert_array_equal(ours, zeros)

@@ -124,7 +124,9 @@ def test_tensor_and_similarity_hooks_use_elmo():
 
 def test_initialize_takes_the_weights_from_initialize_settings(embedder):
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"options_file": "missing/options.json", "weight_file": "missing/weights.hdf5"})
+    nlp.add_pipe(
+        "elmo", config={"options_file": "missing/options.json", "weight_file": "missing/weights.hdf5", "initial_state": "zeros"}
+    )
     with pytest.raises(ElmoOptionsError, match="missing/options.json"):
         nlp.initialize()
     nlp.config["initialize"]["components"]["elmo"] = {"options_file": OPTIONS, "weight_file": WEIGHTS}
