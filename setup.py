@@ -19,7 +19,7 @@ setup(
         "h5py>=3.0",
         "torch>=2.1,<2.14",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6"], "plot": ["matplotlib>=3.5"]},
+    extras_require={"test": ["pytest>=7", "hypothesis>=6", "matplotlib>=3.5"], "plot": ["matplotlib>=3.5"]},
     entry_points={
         "spacy_factories": ["elmo = spacy_elmo.pipeline.component:make_elmo"],
         "spacy_architectures": [

@@ -1,11 +1,14 @@
 """Baseline vs ELMo: a markdown table (and, if matplotlib is installed, a bar chart) from `spacy evaluate` metrics.
 
     python scripts/compare.py METRICS_DIR OUTPUT_MD [--json OUT.json] [--plot OUT.png] [--note TEXT]
+                              [--mix RUN=PIPELINE_DIR ...] [--mix-plot OUT.png]
 
 Pairs every ``NAME-elmo.json`` in METRICS_DIR with ``NAME-baseline.json`` and reports, for each run NAME, the
 scores present in its files (x 100): NER P/R/F1, UD UPOS/XPOS/morph accuracy and UAS/LAS, textcat accuracy and
 macro F1. For single-label textcat spaCy's micro F1 equals accuracy (one gold and one predicted label per text).
-Without matplotlib the plot is skipped with a note; the table is always written.
+Each ``--mix RUN=PIPELINE_DIR`` (a trained ELMo pipeline) adds a table of the layer weights and gamma that each of
+its ELMo listeners learned, and ``--mix-plot`` draws them (``python -m spacy_elmo plot-mix`` for one pipeline).
+Without matplotlib the plots are skipped with a note; the tables are always written.
 """
 import json
 from pathlib import Path
@@ -68,6 +71,33 @@ def markdown(rows: List[dict], note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def load_mixes(specs: List[str]) -> list:
+    """The learned mixes of each ``RUN=PIPELINE_DIR``, their components named ``RUN/component``."""
+    import spacy
+
+    from spacy_elmo.plots import LearnedMix, learned_mixes
+
+    mixes = []
+    for spec in specs:
+        run, sep, path = spec.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--mix takes RUN=PIPELINE_DIR, found {spec!r}")
+        for mix in learned_mixes(spacy.load(path)):
+            mixes.append(LearnedMix(f"{run}/{mix.component}", mix.weights, mix.gamma))
+    return mixes
+
+
+def mix_markdown(mixes: list) -> str:
+    """A table of each listener's softmax layer weights and gamma."""
+    n_layers = max(len(m.weights) for m in mixes)
+    header = " | ".join(f"layer {j}" for j in range(n_layers))
+    lines = ["## Learned ELMo layer weights (softmax) and gamma", "", f"| component | {header} | gamma |",
+             "| --- |" + " ---: |" * (n_layers + 1)]
+    for m in mixes:
+        lines.append(f"| {m.component} | {' | '.join(f'{w:.3f}' for w in m.weights)} | {m.gamma:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(rows: List[dict], path: Path) -> bool:
     """A grouped bar chart of the main scores; False (and nothing written) without matplotlib."""
     try:
@@ -100,13 +130,16 @@ def main(
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the rows as JSON"),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="bar chart (.png), if matplotlib is installed"),
     note: str = typer.Option("", "--note", help="a line under the title (e.g. which ELMo weights)"),
+    mix: List[str] = typer.Option([], "--mix", help="RUN=PIPELINE_DIR: tabulate (and plot) its learned layer mixes"),
+    mix_plot: Optional[Path] = typer.Option(None, "--mix-plot", help="bar chart of the mixes (.png), with matplotlib"),
 ) -> None:
     rows = collect(metrics_dir)
     if not rows:
         typer.echo(f"✘ no NAME-elmo.json metrics in {metrics_dir}", err=True)
         raise typer.Exit(1)
+    mixes = load_mixes(mix)
     output.parent.mkdir(parents=True, exist_ok=True)
-    text = markdown(rows, note)
+    text = markdown(rows, note) + ("\n" + mix_markdown(mixes) if mixes else "")
     output.write_text(text, encoding="utf-8")
     typer.echo(text)
     typer.echo(f"✔ {output}")
@@ -118,6 +151,14 @@ def main(
             typer.echo(f"✔ {plot_path}")
         else:
             typer.echo("ℹ matplotlib is not installed: no plot (pip install matplotlib, or spacy-elmo[plot])")
+    if mix_plot is not None and mixes:
+        from spacy_elmo.plots import PlotError, plot_mixes
+
+        try:
+            plot_mixes(mixes, mix_plot)
+            typer.echo(f"✔ {mix_plot}")
+        except PlotError as err:
+            typer.echo(f"ℹ no mix plot: {err}")
 
 
 if __name__ == "__main__":

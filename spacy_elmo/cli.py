@@ -1,5 +1,9 @@
 """``python -m spacy_elmo``: commands in spaCy's CLI style (config file + dotted overrides)."""
+import signal
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator, Optional, Tuple
 
 import typer
 from spacy.cli._util import parse_config_overrides
@@ -7,7 +11,7 @@ from spacy.cli._util import parse_config_overrides
 from .errors import ElmoError
 from .options import PRESET_NAMES
 
-app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs.", no_args_is_help=True)
+app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs, embed a corpus, plot what was learned.", no_args_is_help=True)
 
 
 @app.command("demo")
@@ -69,3 +73,118 @@ def pretrain(
         raise typer.Exit(130)
     typer.echo(f"Done: {result['step']} steps, {result['tokens_seen']:,} tokens; held-out {result['eval']}")
     typer.echo(f"ELMo files: {output_dir / 'options.json'} and {output_dir / 'weights.hdf5'}")
+
+
+@app.command("embed")
+def embed(
+    input_file: Path = typer.Argument(..., help="Text (one sentence or document per line) or JSONL (--jsonl)"),
+    output_file: str = typer.Argument(..., help="HDF5 file to write; {shard} in it becomes the shard index"),
+    jsonl: bool = typer.Option(False, "--jsonl", help='Input lines are JSON objects with "text" or "tokens"'),
+    lang: str = typer.Option("en", "--lang", help="spaCy language whose tokenizer splits the text"),
+    whitespace: bool = typer.Option(False, "--whitespace", help="Split text on whitespace instead of spaCy's tokenizer"),
+    layers: str = typer.Option("all", "--layers", help="all | top | average | mix"),
+    mix_weights: Optional[str] = typer.Option(None, "--mix-weights", help="For --layers mix: one weight per layer, e.g. 0.2,0.5,0.3"),
+    gamma: float = typer.Option(1.0, "--gamma", help="For --layers mix: scale of the mixed vectors"),
+    options_file: str = typer.Option(None, "--options", help="options.json of another ELMo model"),
+    weight_file: str = typer.Option(None, "--weights", help="weights .hdf5 of another ELMo model"),
+    batch_size: int = typer.Option(32, "--batch-size", help="Lines per biLM call"),
+    max_tokens: int = typer.Option(256, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
+    initial_state: Optional[str] = typer.Option(None, "--initial-state", help="auto | zeros | warm: where each window's LSTMs start (default: ElmoEmbedder's)"),
+    device: str = typer.Option("cpu", "--device", help="torch device; 'cuda' under torchrun means cuda:$LOCAL_RANK"),
+    shard: str = typer.Option("0/1", "--shard", help="i/n: embed lines k with k % n == i; auto: RANK/WORLD_SIZE"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
+) -> None:
+    """Embed every line of a corpus into an HDF5 file (dataset "<k>" and "tokens/<k>" for line k). Rerun to resume."""
+    from .bulk import EmbedSettings, Shard, embed_file, shard_output
+    from .embedder import DEFAULT_INITIAL_STATE
+
+    try:
+        chosen = Shard.parse(shard)
+        output = shard_output(output_file, chosen, auto=shard == "auto")
+        settings = EmbedSettings(
+            layers=layers,
+            mix_weights=_parse_weights(mix_weights),
+            gamma=gamma,
+            jsonl=jsonl,
+            lang=lang,
+            whitespace=whitespace,
+            max_tokens=max_tokens,
+            initial_state=initial_state or DEFAULT_INITIAL_STATE,
+            options_file=options_file,
+            weight_file=weight_file,
+            shard=chosen,
+        )
+        with _sigterm_as_interrupt():  # close the file cleanly on SIGTERM as on Ctrl-C
+            result = embed_file(input_file, output, settings, batch_size=batch_size, device=device, progress=not quiet)
+    except ElmoError as err:
+        typer.echo(f"✘ {err}", err=True)
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        typer.echo(f"Interrupted: finished batches are kept in {output}; run the same command to continue.", err=True)
+        raise typer.Exit(130)
+    if result.already_complete:
+        typer.echo(f"{output} is already complete; nothing to do.")
+    else:
+        typer.echo(f"Done: {result.lines_written:,} lines, {result.tokens_written:,} tokens → {output}")
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt while the block runs (main thread only), then restore the handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _parse_weights(text: Optional[str]) -> Optional[Tuple[float, ...]]:
+    """``"0.2,0.5,0.3"`` → ``(0.2, 0.5, 0.3)``."""
+    if text is None:
+        return None
+    try:
+        return tuple(float(w) for w in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"--mix-weights must be numbers separated by commas, found {text!r}") from None
+
+
+@app.command("plot-mix")
+def plot_mix(
+    pipeline_dir: Path = typer.Argument(..., help="A trained pipeline (loaded with spacy.load)", exists=True),
+    output: Path = typer.Argument(..., help="PNG file to write"),
+) -> None:
+    """Plot each ELMo listener's learned layer weights (softmax) and gamma, one bar group per component."""
+    import spacy
+
+    from .plots import learned_mixes, plot_mixes
+
+    try:
+        mixes = learned_mixes(spacy.load(pipeline_dir))
+        for mix in mixes:
+            weights = ",".join(f"{w:.4f}" for w in mix.weights)
+            typer.echo(f"{mix.component}: layer weights {weights}  gamma {mix.gamma:.4f}")
+        plot_mixes(mixes, output)
+    except ElmoError as err:
+        typer.echo(f"✘ {err}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"Wrote {output}")
+
+
+@app.command("plot-pretrain")
+def plot_pretrain(
+    run: Path = typer.Argument(..., help="Output directory of 'pretrain', or its log.jsonl"),
+    output: Path = typer.Argument(..., help="PNG file to write"),
+) -> None:
+    """Plot a pretraining run's training loss and perplexity, and held-out perplexities, against tokens seen."""
+    from .plots import plot_pretrain as draw
+    from .plots import pretrain_curves
+
+    try:
+        draw(pretrain_curves(run), output)
+    except ElmoError as err:
+        typer.echo(f"✘ {err}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"Wrote {output}")

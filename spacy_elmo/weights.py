@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .errors import ElmoWeightsError
+from .files import atomic_write
 from .model.bilm import BiLm
 from .options import ElmoOptions
 
@@ -100,6 +101,7 @@ def read_weights(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
     if isinstance(source, (str, Path)) and not Path(source).exists():
         raise ElmoWeightsError(f"ELMo weight file not found: {name}")
     expected = layout(options)
+    reading = "its structure"  # what failed, for the error message
     try:
         with h5py.File(source, "r") as f:
             found: List[str] = []
@@ -116,6 +118,7 @@ def read_weights(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
                 )
             arrays = {}
             for key, entry in expected.items():
+                reading = f"dataset {key!r}"
                 dataset = f[key]
                 if tuple(dataset.shape) != entry.shape:
                     raise ElmoWeightsError(
@@ -134,10 +137,10 @@ def read_weights(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
                 arrays[key] = array
     except ElmoWeightsError:
         raise
-    except (OSError, KeyError, ValueError) as err:
+    except (OSError, RuntimeError, KeyError, ValueError) as err:  # what h5py raises for damaged files
         raise ElmoWeightsError(
-            f"ELMo weight file {name} cannot be read as HDF5 ({err}). It may be truncated or damaged: download or "
-            f"export it again."
+            f"ELMo weight file {name} cannot be read as HDF5: reading {reading} failed ({err}). It is truncated or "
+            f"damaged: download or export it again."
         ) from None
     return arrays
 
@@ -154,12 +157,16 @@ def load_bilm(options: ElmoOptions, weights: Source) -> BiLm:
 
 
 def write_weights(model: BiLm, target: Source, dtype: str = "float32") -> None:
-    """Write ``model``'s weights in the AllenNLP layout; ``dtype="float16"`` halves the file (loads as float32)."""
+    """Write ``model``'s weights in the AllenNLP layout; ``dtype="float16"`` halves the file (loads as float32).
+
+    The file has HDF5's checksums on its metadata (the HDF5 1.10 format) and on every dataset
+    (Fletcher-32), so damage anywhere in it fails the read instead of giving other weights.
+    """
     if dtype not in ("float32", "float16"):
         raise ValueError(f"dtype must be 'float32' or 'float16', found {dtype!r}")
-    with h5py.File(target, "w") as f:
+    with h5py.File(target, "w", libver="v110") as f:
         for key, entry in layout(model.options).items():
-            f.create_dataset(key, data=entry.get(model).cpu().numpy().astype(dtype))
+            f.create_dataset(key, data=entry.get(model).cpu().numpy().astype(dtype), fletcher32=True)
 
 
 def weights_to_bytes(model: BiLm, dtype: str = "float32") -> bytes:
@@ -178,11 +185,6 @@ def load_files(options_file: PathLike, weight_file: PathLike) -> BiLm:
 
 
 def save_files(model: BiLm, options_file: PathLike, weight_file: PathLike, dtype: str = "float32") -> None:
-    """Write ``options.json`` and the weights ``.hdf5`` (via temporary files, so a crash leaves no half-written pair)."""
-    for path, write in (
-        (Path(options_file), lambda p: model.options.to_file(p)),
-        (Path(weight_file), lambda p: write_weights(model, p, dtype=dtype)),
-    ):
-        tmp = path.with_name(path.name + ".tmp")
-        write(tmp)
-        tmp.replace(path)
+    """Write ``options.json`` and the weights ``.hdf5``, each atomically (a crash leaves no half-written file)."""
+    atomic_write(options_file, model.options.to_file)
+    atomic_write(weight_file, lambda p: write_weights(model, p, dtype=dtype))

@@ -12,6 +12,7 @@ weights as hdf5, never pickles) and is loaded lazily: by ``initialize()``, by ``
 (e.g. made by ``nlp.replace_listeners``) keeps working on its own.
 """
 import contextlib
+import hashlib
 import json
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -26,6 +27,7 @@ from torch import nn
 
 from ..default_model import default_model_files
 from ..embedder import DEFAULT_INITIAL_STATE
+from ..errors import ElmoWeightsError
 from ..model.carried_state import CarriedState
 from ..model.encoder import INITIAL_STATES, ElmoEncoder, length_batches
 from ..options import ElmoOptions
@@ -114,7 +116,7 @@ def _ordered_batches(lengths: Sequence[int], max_batch_tokens: int) -> List[List
 class ElmoShim(PyTorchShim):
     """Holds the :class:`SegmentEncoder` (or nothing before the weights are loaded).
 
-    Serialized as msgpack ``{"options": options.json dict, "weights": hdf5 bytes}``; no pickle.
+    Serialized as msgpack ``{"options": options.json text, "weights": hdf5 bytes, "sha256": of both}``; no pickle.
     Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU.
     """
 
@@ -156,14 +158,24 @@ class ElmoShim(PyTorchShim):
         if self._model is None:
             return srsly.msgpack_dumps({})
         bilm = self._model.encoder.bilm
-        return srsly.msgpack_dumps({"options": json.dumps(bilm.options.to_dict()), "weights": weights_to_bytes(bilm)})
+        options, weights = json.dumps(bilm.options.to_dict()), weights_to_bytes(bilm)
+        return srsly.msgpack_dumps({"options": options, "weights": weights, "sha256": _sha256(options, weights)})
 
     def from_bytes(self, bytes_data: bytes) -> "ElmoShim":
+        """Load saved options and weights; anything damaged raises :class:`ElmoWeightsError` and changes nothing."""
         msg = srsly.msgpack_loads(bytes_data)
         if msg:
-            options = ElmoOptions.from_dict(json.loads(msg["options"]), source="serialized ELMo options")
-            self.set_module(SegmentEncoder(ElmoEncoder(bilm_from_bytes(options, msg["weights"]))))
+            record = msg if isinstance(msg, dict) else {}
+            text, weights = record.get("options"), record.get("weights")
+            if not (isinstance(text, str) and isinstance(weights, bytes) and record.get("sha256") == _sha256(text, weights)):
+                raise ElmoWeightsError("its options and hdf5 weights fail their SHA-256 check")
+            options = ElmoOptions.from_dict(json.loads(text), source="serialized ELMo options")
+            self.set_module(SegmentEncoder(ElmoEncoder(bilm_from_bytes(options, weights))))
         return self
+
+
+def _sha256(options: str, weights: bytes) -> str:
+    return hashlib.sha256(options.encode("utf-8") + b"\0" + weights).hexdigest()
 
 
 @registry.architectures("spacy_elmo.ElmoBiLm.v1")

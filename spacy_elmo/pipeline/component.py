@@ -1,8 +1,10 @@
 """The ``elmo`` pipeline component: ELMo vectors on Docs, and biLM layers for listening components."""
 import functools
 import multiprocessing
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Union
 
+import srsly
 import torch
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
@@ -12,6 +14,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
+from ..errors import ElmoWeightsError
 from .bilm_model import (
     DEFAULT_SETTINGS,
     bilm_options,
@@ -377,14 +380,34 @@ class Elmo(TrainablePipe):
             load_bilm_weights(self.model)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        super().from_bytes(bytes_data, exclude=exclude)
+        super().from_bytes(bytes_data, exclude=[*exclude, "model"])
+        if "model" not in exclude:
+            self._load_model(srsly.msgpack_loads(bytes_data)["model"], f"the serialized {self.name!r} component")
         self._after_load()
         return self
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        super().from_disk(path, exclude=exclude)
+        super().from_disk(path, exclude=[*exclude, "model"])
+        if "model" not in exclude:
+            model_file = Path(path) / "model"
+            try:
+                data = model_file.read_bytes()
+            except OSError as err:
+                raise ElmoWeightsError(
+                    f"Cannot read the saved ELMo biLM {model_file} ({err.strerror}): the saved pipeline is incomplete; "
+                    f"save it again"
+                ) from None
+            self._load_model(data, str(model_file))
         self._after_load()
         return self
+
+    def _load_model(self, data: bytes, source: str) -> None:
+        """Read the biLM from its saved bytes; if they are damaged, raise and leave the component as it was."""
+        try:
+            self.model.from_bytes(data)
+        except (ValueError, TypeError, KeyError) as err:  # includes ElmoWeightsError and ElmoOptionsError
+            self._configure_model()  # undo the settings read before the damage showed
+            raise ElmoWeightsError(f"The saved ELMo biLM in {source} is damaged ({err}); save the pipeline again") from None
 
     def _after_load(self) -> None:
         """Settings from the config win over those saved in the model; old cached layers go."""

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from confection import Config
 from tqdm import tqdm
 
+from ..files import atomic_write
 from ..model.encoder import length_batches
 from ..weights import save_files
 from .config import PretrainConfig
@@ -31,7 +32,7 @@ from .vocab import Vocab, count_sentences
 CHECKPOINT = "checkpoint.pt"
 
 
-class _Interrupted(Exception):
+class _Interrupted(KeyboardInterrupt):
     """Raised from the SIGTERM handler so the loop can save a checkpoint before exiting."""
 
 
@@ -156,11 +157,7 @@ class Trainer:
                 "streams": json.dumps(streams),
                 "world_size": self.world,
             }
-            tmp = self.output_dir / (CHECKPOINT + ".tmp")
-            torch.save(state, tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            tmp.replace(self.output_dir / CHECKPOINT)
+            atomic_write(self.output_dir / CHECKPOINT, lambda p: torch.save(state, p))
         _barrier()
 
     def _load_checkpoint(self) -> None:
@@ -247,7 +244,7 @@ class Trainer:
                     last_eval = self._evaluate() or last_eval
                 if self.step % training.checkpoint_every == 0:
                     self.save_checkpoint()
-        except (KeyboardInterrupt, _Interrupted):
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via _Interrupted
             bar.close()
             self.save_checkpoint()
             raise

@@ -3,6 +3,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from ..files import atomic_write
 from ..model.chars import BOS_TOKEN, EOS_TOKEN
 from .data import Tokenizer, open_text, split_long
 
@@ -43,9 +44,7 @@ class Vocab:
         return cls(list(SPECIALS) + [w for w, _ in counts.most_common(max(0, size - 3))])
 
     def to_file(self, path: Path) -> None:
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text("\n".join(self.words) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        atomic_write(path, lambda p: p.write_text("\n".join(self.words) + "\n", encoding="utf-8"))
 
     @classmethod
     def from_file(cls, path: Path) -> "Vocab":

@@ -1,0 +1,354 @@
+"""``python -m spacy_elmo embed``: the ELMo layers of every line of a corpus into an HDF5 file, resumably.
+
+Output layout (plain HDF5; read it with h5py alone)::
+
+    /<k>           float32 dataset of input line k (0-based): (n_layers + 1, n_tokens, dim) for
+                   ``--layers all``, (n_tokens, dim) for ``top``, ``average`` and ``mix``
+    /tokens/<k>    UTF-8 string dataset (n_tokens,): the tokens of line k, one per row of /<k>
+    attrs          "settings" (JSON: everything that decides the numbers), "next_line" (lines before it
+                   are done), "n_lines" (lines in the input), "complete" (the whole shard is written)
+
+Lines are processed in order, a batch at a time: each batch's datasets are written, then
+``next_line`` moves past the batch and the file is flushed. A rerun of the same command drops any
+dataset at or after ``next_line`` (left by a killed run) and continues from there, so the finished
+file equals that of an uninterrupted run. A shard ``i/n`` holds the lines ``k`` with ``k % n == i``.
+"""
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import h5py
+import numpy as np
+from tqdm import tqdm
+
+from .default_model import default_model_files
+from .embedder import DEFAULT_INITIAL_STATE, ElmoEmbedder
+from .errors import ElmoError
+from .model.encoder import INITIAL_STATES
+from .options import ElmoOptions
+from .pretrain.data import make_tokenizer, open_text, split_long
+
+PathLike = Union[str, Path]
+Tokenizer = Callable[[str], List[str]]
+LAYER_MODES = ("all", "top", "average", "mix")
+FORMAT = "spacy-elmo-embeddings/1"
+SHARD_PLACEHOLDER = "{shard}"
+
+
+class EmbedError(ElmoError, ValueError):
+    """Bad input, settings or output file for bulk embedding; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count``: the input lines ``k`` with ``k % count == index``."""
+
+    index: int = 0
+    count: int = 1
+
+    @classmethod
+    def parse(cls, spec: str, environ: Mapping[str, str] = os.environ) -> "Shard":
+        """``"i/n"``, or ``"auto"``: ``RANK``/``WORLD_SIZE`` as set by torchrun (``0/1`` when unset)."""
+        try:
+            if spec == "auto":
+                shard = cls(int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1")))
+            else:
+                index, count = spec.split("/")
+                shard = cls(int(index), int(count))
+        except ValueError:
+            raise EmbedError(f"--shard must be 'i/n' (e.g. 0/4) or 'auto', found {spec!r}") from None
+        if not 0 <= shard.index < shard.count:
+            raise EmbedError(f"shard {shard.index}/{shard.count} does not exist: i must be in 0..n-1")
+        return shard
+
+    def owns(self, line: int) -> bool:
+        return line % self.count == self.index
+
+    def lines_before(self, line: int) -> int:
+        """How many of this shard's lines come before input line ``line``."""
+        return max(0, (line - self.index + self.count - 1) // self.count)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def shard_output(template: str, shard: Shard, auto: bool) -> Path:
+    """The output file of ``shard``: ``{shard}`` in ``template`` becomes its index.
+
+    Under ``--shard auto`` every process gets the same command line, so several shards need the
+    placeholder to write different files.
+    """
+    if auto and shard.count > 1 and SHARD_PLACEHOLDER not in template:
+        raise EmbedError(
+            f"--shard auto runs {shard.count} processes with the same OUTPUT {template!r}: put {SHARD_PLACEHOLDER} "
+            f"in it (e.g. out-{SHARD_PLACEHOLDER}.hdf5) so that each shard writes its own file"
+        )
+    return Path(template.replace(SHARD_PLACEHOLDER, str(shard.index)))
+
+
+def resolve_device(device: str, environ: Mapping[str, str] = os.environ) -> str:
+    """``"cuda"`` means the process's own GPU under torchrun (``cuda:$LOCAL_RANK``); anything else as given."""
+    if device == "cuda" and "LOCAL_RANK" in environ:
+        return f"cuda:{environ['LOCAL_RANK']}"
+    return device
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """Everything that decides the numbers written; stored in the file and checked when a run resumes.
+
+    layers: ``all`` (every layer), ``top``, ``average`` (mean of the layers) or ``mix``
+        (``gamma * sum_j mix_weights[j] * layer_j``, the weights used as given).
+    max_tokens: longer lines are cut into consecutive windows of at most this many tokens, each
+        embedded on its own (no context crosses a window boundary); their rows are concatenated.
+    """
+
+    layers: str = "all"
+    mix_weights: Optional[Tuple[float, ...]] = None
+    gamma: float = 1.0
+    jsonl: bool = False
+    lang: str = "en"
+    whitespace: bool = False
+    max_tokens: int = 256
+    initial_state: str = DEFAULT_INITIAL_STATE
+    options_file: Optional[str] = None
+    weight_file: Optional[str] = None
+    shard: Shard = Shard()
+
+    def __post_init__(self) -> None:
+        if self.layers not in LAYER_MODES:
+            raise EmbedError(f"--layers must be one of {', '.join(LAYER_MODES)}, found {self.layers!r}")
+        if (self.layers == "mix") != (self.mix_weights is not None):
+            raise EmbedError("--layers mix needs --mix-weights (one weight per layer, e.g. 0.2,0.5,0.3), and only mix uses them")
+        if self.initial_state not in INITIAL_STATES:
+            raise EmbedError(f"--initial-state must be one of {', '.join(INITIAL_STATES)}, found {self.initial_state!r}")
+        if self.max_tokens < 1:
+            raise EmbedError(f"--max-tokens must be at least 1, found {self.max_tokens}")
+        if (self.options_file is None) != (self.weight_file is None):
+            raise EmbedError("Give both --options and --weights, or neither (for the embedded model)")
+
+    def model_files(self) -> Tuple[Path, Path]:
+        """The biLM's options and weights files (the embedded model's when none were given)."""
+        if self.options_file is None:
+            return default_model_files()
+        return Path(self.options_file), Path(self.weight_file)  # type: ignore[arg-type]
+
+    def record(self, input_path: Path) -> str:
+        """The JSON kept in the output's ``settings`` attribute (paths made absolute)."""
+        data: Dict[str, Any] = dataclasses.asdict(self)
+        options, weights = self.model_files()
+        data.update(
+            format=FORMAT,
+            input=str(input_path.resolve()),
+            options_file=str(options.resolve()),
+            weight_file=str(weights.resolve()),
+            shard=str(self.shard),
+            mix_weights=None if self.mix_weights is None else list(self.mix_weights),
+        )
+        return json.dumps(data, sort_keys=True)
+
+    def select(self, layers: np.ndarray) -> np.ndarray:
+        """What is stored of one line's ``(n_layers + 1, n_tokens, dim)`` layers."""
+        if self.layers == "all":
+            return layers
+        if self.layers == "top":
+            return layers[-1]
+        if self.layers == "average":
+            return layers.mean(axis=0)
+        weights = np.asarray(self.mix_weights, dtype=np.float32)
+        return (np.float32(self.gamma) * np.tensordot(weights, layers, axes=1)).astype(np.float32)
+
+    def check_model(self) -> None:
+        """Fail before any output is written if the biLM's options don't fit the mix weights."""
+        n_layers = ElmoOptions.from_file(self.model_files()[0]).n_output_layers
+        if self.mix_weights is not None and len(self.mix_weights) != n_layers:
+            raise EmbedError(
+                f"--mix-weights gives {len(self.mix_weights)} weights, but this biLM has {n_layers} layers "
+                f"(the token layer and {n_layers - 1} LSTM layers)"
+            )
+
+    def tokenizer(self) -> Tokenizer:
+        return str.split if self.whitespace else make_tokenizer(self.lang)
+
+
+def parse_line(line: str, number: int, path: Path, jsonl: bool) -> Union[str, List[str]]:
+    """A line's text, or (JSONL with ``"tokens"``) its token list; errors name the line (1-based)."""
+    if not jsonl:
+        return line.rstrip("\r\n")
+    if not line.strip():
+        return ""
+    where = f"{path}, line {number + 1}"
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise EmbedError(f"{where}: not valid JSON ({err.msg}, column {err.colno}); fix that line") from None
+    if isinstance(record, dict) and isinstance(record.get("tokens"), list):
+        if all(isinstance(token, str) for token in record["tokens"]):
+            return list(record["tokens"])
+        raise EmbedError(f"{where}: \"tokens\" must be a list of strings")
+    if isinstance(record, dict) and isinstance(record.get("text"), str):
+        return record["text"]
+    raise EmbedError(f"{where}: expected an object with a \"text\" string or a \"tokens\" list of strings")
+
+
+def scan_input(path: Path, jsonl: bool, shard: Shard) -> int:
+    """Count the input's lines, checking the shard's JSONL lines first, so a bad line stops the run before any work."""
+    if not path.is_file():
+        raise EmbedError(f"Input file {path} not found (or not a file): give a text or JSONL file, one document per line")
+    n_lines = 0
+    with open_text(path) as f:
+        for number, line in enumerate(f):
+            if jsonl and shard.owns(number):
+                parse_line(line, number, path, jsonl)
+            n_lines += 1
+    return n_lines
+
+
+def read_lines(path: Path, jsonl: bool, shard: Shard, start: int) -> Iterator[Tuple[int, Union[str, List[str]]]]:
+    """``(line number, text or tokens)`` of the shard's lines from ``start`` on."""
+    with open_text(path) as f:
+        for number, line in enumerate(f):
+            if number >= start and shard.owns(number):
+                yield number, parse_line(line, number, path, jsonl)
+
+
+class EmbeddingFile:
+    """An output file open for appending: checks the settings it was started with, and commits whole batches."""
+
+    def __init__(self, path: Path, settings: str, n_lines: int):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.file = h5py.File(path, "a")
+        except OSError as err:
+            raise EmbedError(
+                f"Cannot open {path} as HDF5 ({err}). If it is the output of a run killed while writing, delete it "
+                f"and start over; otherwise choose another OUTPUT"
+            ) from None
+        attrs = self.file.attrs
+        if "settings" not in attrs:
+            if len(self.file):
+                self.file.close()
+                raise EmbedError(f"{path} is an HDF5 file not written by 'spacy_elmo embed'; choose another OUTPUT")
+            attrs.update({"settings": settings, "next_line": 0, "n_lines": n_lines, "complete": False})
+        elif attrs["settings"] != settings or attrs["n_lines"] != n_lines:
+            old = json.loads(attrs["settings"])
+            self.file.close()
+            raise EmbedError(_settings_mismatch(path, old, json.loads(settings)))
+        self.next_line = int(attrs["next_line"])
+        self.complete = bool(attrs["complete"])
+        self._drop_uncommitted()
+
+    def _drop_uncommitted(self) -> None:
+        """Delete datasets of lines at or after ``next_line``: what a killed run wrote of an unfinished batch."""
+        for group in (self.file, self.file.get("tokens", {})):
+            for name in [n for n in group if n.isdigit() and int(n) >= self.next_line]:
+                del group[name]
+
+    def write_batch(self, lines: Sequence[Tuple[int, List[str], np.ndarray]], next_line: int) -> None:
+        """Write each line's tokens and vectors, then mark everything before ``next_line`` done, and flush."""
+        for number, tokens, vectors in lines:
+            self.file.create_dataset(f"tokens/{number}", data=np.array(tokens, dtype=h5py.string_dtype()))
+            self.file.create_dataset(str(number), data=vectors)
+        self.file.flush()
+        self.file.attrs["next_line"] = self.next_line = next_line
+        self.file.flush()
+
+    def finish(self) -> None:
+        self.file.attrs["next_line"] = self.next_line = int(self.file.attrs["n_lines"])
+        self.file.attrs["complete"] = self.complete = True
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _settings_mismatch(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> str:
+    changed = [f"{key}: {old.get(key)!r} then, {new.get(key)!r} now" for key in sorted(new) if old.get(key) != new.get(key)]
+    what = "; ".join(changed) or "the input has a different number of lines"
+    return (
+        f"{path} was started with other settings or input ({what}). Rerun with the original settings to continue it, "
+        f"or delete it (or choose another OUTPUT) to start over."
+    )
+
+
+@dataclass
+class EmbedResult:
+    """What a call of :func:`embed_file` did."""
+
+    output: Path
+    lines_written: int
+    tokens_written: int
+    already_complete: bool
+
+
+def embed_file(
+    input_path: PathLike,
+    output_path: PathLike,
+    settings: EmbedSettings = EmbedSettings(),
+    batch_size: int = 32,
+    device: str = "cpu",
+    progress: bool = True,
+) -> EmbedResult:
+    """Embed the shard's lines of ``input_path`` into ``output_path`` (HDF5; see the module doc), resuming a previous run.
+
+    ``batch_size`` lines go to the biLM at a time; results do not depend on it or on ``device``.
+    A Dask or Ray task per input file can call this directly.
+    """
+    if batch_size < 1:
+        raise EmbedError(f"--batch-size must be at least 1, found {batch_size}")
+    input_path, output_path = Path(input_path), Path(output_path)
+    shard = settings.shard
+    n_lines = scan_input(input_path, settings.jsonl, shard)
+    settings.check_model()
+    out = EmbeddingFile(output_path, settings.record(input_path), n_lines)
+    try:
+        if out.complete:
+            return EmbedResult(output_path, 0, 0, already_complete=True)
+        options_file, weight_file = settings.model_files()
+        embedder = ElmoEmbedder(options_file, weight_file, initial_state=settings.initial_state, device=resolve_device(device))
+        tokenize = settings.tokenizer()
+        total = shard.lines_before(n_lines)
+        bar = tqdm(total=total, initial=shard.lines_before(out.next_line), unit="line", disable=not progress)
+        lines_written = tokens_written = 0
+        start = time.perf_counter()
+        for batch in _batches(read_lines(input_path, settings.jsonl, shard, out.next_line), batch_size):
+            tokenized = [(n, item if isinstance(item, list) else tokenize(item)) for n, item in batch]
+            vectors = embed_windows(embedder, [tokens for _, tokens in tokenized], settings.max_tokens)
+            out.write_batch(
+                [(n, tokens, settings.select(v)) for (n, tokens), v in zip(tokenized, vectors)], batch[-1][0] + 1
+            )
+            lines_written += len(batch)
+            tokens_written += sum(len(tokens) for _, tokens in tokenized)
+            bar.update(len(batch))
+            bar.set_postfix(tok_s=f"{tokens_written / max(time.perf_counter() - start, 1e-9):.0f}")
+        bar.close()
+        out.finish()
+        return EmbedResult(output_path, lines_written, tokens_written, already_complete=False)
+    finally:
+        out.close()
+
+
+def embed_windows(embedder: ElmoEmbedder, documents: Sequence[List[str]], max_tokens: int) -> List[np.ndarray]:
+    """All layers of each document, ``(n_layers + 1, n_tokens, dim)``, embedding windows of at most ``max_tokens``."""
+    windows = [split_long(tokens, max_tokens) or [[]] for tokens in documents]
+    flat = embedder.embed_batch([w for doc in windows for w in doc])
+    result, i = [], 0
+    for doc in windows:
+        result.append(np.concatenate(flat[i : i + len(doc)], axis=1))
+        i += len(doc)
+    return result
+
+
+def _batches(items: Iterator, size: int) -> Iterator[List]:
+    batch: List = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

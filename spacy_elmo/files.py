@@ -1,0 +1,19 @@
+"""Crash-safe file writing: a killed process or a power cut leaves either the old file or the new one."""
+import os
+from pathlib import Path
+from typing import Callable, Union
+
+
+def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
+    """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it over ``path``."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # make the rename itself durable
+    finally:
+        os.close(directory)

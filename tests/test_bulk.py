@@ -1,0 +1,268 @@
+"""``python -m spacy_elmo embed``: file contents against ``ElmoEmbedder``, layer modes, resume, shards, input errors."""
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List
+
+import h5py
+import numpy as np
+import pytest
+import spacy
+from click.testing import Result
+from typer.testing import CliRunner
+
+from spacy_elmo import ElmoEmbedder
+from spacy_elmo.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+LINES = [
+    "The bank of the river was muddy.",
+    "",
+    "She kept her savings in the bank, and then she went home to cook dinner for the whole family.",
+    "Ünïcode wörds, too — naïve café.",
+    "Short.",
+    "  Spaces   around  ",
+    "Two sentences here. And another one!",
+]
+MAX_TOKENS = 6  # line 2 has 20 tokens: four windows
+
+
+@pytest.fixture(scope="module")
+def embedder(allennlp_files) -> ElmoEmbedder:
+    return ElmoEmbedder(*allennlp_files, initial_state="zeros")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "lines.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def spacy_tokens() -> List[List[str]]:
+    tokenizer = spacy.blank("en").tokenizer
+    return [[t.text for t in tokenizer(line) if not t.is_space] for line in LINES]
+
+
+def embed(allennlp_files, *args: str) -> Result:
+    options, weights = allennlp_files
+    common = ["--options", str(options), "--weights", str(weights), "--initial-state", "zeros", "--quiet"]
+    return CliRunner().invoke(app, ["embed", *args, *common])
+
+
+def expected_layers(embedder: ElmoEmbedder, tokens: List[str], max_tokens: int) -> np.ndarray:
+    """The embedder's layers of each window of ``max_tokens`` tokens, side by side."""
+    windows = [tokens[i : i + max_tokens] for i in range(0, len(tokens), max_tokens)] or [[]]
+    return np.concatenate(embedder.embed_batch(windows), axis=1)
+
+
+def read_file(path: Path) -> Dict[str, np.ndarray]:
+    """Every dataset of an output file (tokens decoded), plus its attributes under "attrs"."""
+    with h5py.File(path, "r") as f:
+        data = {name: f[name][...] for name in f if name != "tokens"}
+        data.update({f"tokens/{name}": list(f["tokens"][name].asstr()[...]) for name in f["tokens"]})
+        data["attrs"] = {key: f.attrs[key] for key in f.attrs}
+    return data
+
+
+def assert_same_file(a: Path, b: Path) -> None:
+    first, second = read_file(a), read_file(b)
+    assert sorted(first) == sorted(second)
+    for name in first:
+        if name == "attrs" or name.startswith("tokens/"):
+            assert first[name] == second[name], name
+        else:
+            np.testing.assert_array_equal(first[name], second[name], err_msg=name)
+
+
+def test_all_layers_equal_the_embedder_window_by_window(allennlp_files, embedder, corpus, spacy_tokens, tmp_path):
+    out = tmp_path / "all.hdf5"
+    done = embed(allennlp_files, str(corpus), str(out), "--max-tokens", str(MAX_TOKENS), "--batch-size", "3")
+    assert done.exit_code == 0, done.output
+    with h5py.File(out, "r") as f:
+        assert sorted(f["tokens"], key=int) == [str(k) for k in range(len(LINES))]
+        assert f.attrs["complete"] and f.attrs["next_line"] == len(LINES)
+        for k, tokens in enumerate(spacy_tokens):
+            assert list(f["tokens"][str(k)].asstr()[...]) == tokens
+            want = expected_layers(embedder, tokens, MAX_TOKENS)
+            assert f[str(k)].dtype == np.float32 and f[str(k)].shape == (3, len(tokens), 32)
+            np.testing.assert_allclose(f[str(k)][...], want, rtol=1e-5, atol=1e-6)
+    assert f"{len(LINES)} lines" in done.output
+
+
+@pytest.mark.parametrize(
+    "mode,extra,reduce",
+    [
+        ("top", [], lambda x: x[2]),
+        ("average", [], lambda x: (x[0] + x[1] + x[2]) / 3),
+        ("mix", ["--mix-weights", "0.5,-0.25,2", "--gamma", "0.75"], lambda x: 0.75 * (0.5 * x[0] - 0.25 * x[1] + 2 * x[2])),
+    ],
+)
+def test_reduced_layers_are_computed_from_the_full_layers(allennlp_files, embedder, corpus, spacy_tokens, tmp_path, mode, extra, reduce):
+    out = tmp_path / f"{mode}.hdf5"
+    done = embed(allennlp_files, str(corpus), str(out), "--layers", mode, *extra)
+    assert done.exit_code == 0, done.output
+    with h5py.File(out, "r") as f:
+        for k, tokens in enumerate(spacy_tokens):
+            full = np.asarray(embedder.embed_sentence(tokens), dtype=np.float64)
+            assert f[str(k)].shape == (len(tokens), 32)
+            np.testing.assert_allclose(f[str(k)][...], reduce(full), rtol=1e-5, atol=1e-6)
+
+
+def test_whitespace_tokens_and_a_mix_weight_count_that_does_not_fit(allennlp_files, corpus, tmp_path):
+    out = tmp_path / "ws.hdf5"
+    assert embed(allennlp_files, str(corpus), str(out), "--whitespace").exit_code == 0
+    with h5py.File(out, "r") as f:
+        assert [list(f["tokens"][str(k)].asstr()[...]) for k in range(len(LINES))] == [line.split() for line in LINES]
+    bad = embed(allennlp_files, str(corpus), str(tmp_path / "mix.hdf5"), "--layers", "mix", "--mix-weights", "1,1")
+    assert bad.exit_code == 1 and "2 weights" in bad.output and "3 layers" in bad.output
+    assert not (tmp_path / "mix.hdf5").exists()
+
+
+def test_jsonl_text_and_tokens(allennlp_files, embedder, tmp_path):
+    records = [{"text": "A cat sat."}, {"tokens": ["Pre", "split", "tokens"]}, {"text": ""}, {"tokens": []}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n", encoding="utf-8")
+    out = tmp_path / "out.hdf5"
+    done = embed(allennlp_files, str(path), str(out), "--jsonl", "--layers", "top")
+    assert done.exit_code == 0, done.output
+    expected_tokens = [["A", "cat", "sat", "."], ["Pre", "split", "tokens"], [], [], []]
+    with h5py.File(out, "r") as f:
+        for k, tokens in enumerate(expected_tokens):
+            assert list(f["tokens"][str(k)].asstr()[...]) == tokens
+            want = embedder.embed_sentence(tokens)[-1]
+            assert f[str(k)].shape == (len(tokens), 32)
+            np.testing.assert_allclose(f[str(k)][...], want, rtol=1e-5, atol=1e-6)
+
+
+def test_shards_cover_every_line_once_with_the_unsharded_vectors(allennlp_files, corpus, tmp_path, monkeypatch):
+    whole = tmp_path / "whole.hdf5"
+    assert embed(allennlp_files, str(corpus), str(whole)).exit_code == 0
+    names = []
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        done = embed(allennlp_files, str(corpus), str(tmp_path / "part-{shard}.hdf5"), "--shard", "auto")
+        assert done.exit_code == 0, done.output
+        with h5py.File(tmp_path / f"part-{rank}.hdf5", "r") as f:
+            shard_names = sorted((n for n in f if n != "tokens"), key=int)
+            assert shard_names == [str(k) for k in range(rank, len(LINES), 2)]
+            assert sorted(f["tokens"], key=int) == shard_names
+            with h5py.File(whole, "r") as w:
+                for name in shard_names:
+                    np.testing.assert_allclose(f[name][...], w[name][...], rtol=1e-5, atol=1e-6)  # other batches
+        names += shard_names
+    assert sorted(names, key=int) == [str(k) for k in range(len(LINES))]
+    # an explicit i/n writes the file it is given; auto with several processes needs {shard} in OUTPUT
+    explicit = embed(allennlp_files, str(corpus), str(tmp_path / "one.hdf5"), "--shard", "1/2")
+    assert explicit.exit_code == 0 and read_file(tmp_path / "one.hdf5").keys() == read_file(tmp_path / "part-1.hdf5").keys()
+    clash = embed(allennlp_files, str(corpus), str(tmp_path / "same.hdf5"), "--shard", "auto")
+    assert clash.exit_code == 1 and "{shard}" in clash.output
+    bad = embed(allennlp_files, str(corpus), str(tmp_path / "x.hdf5"), "--shard", "2/2")
+    assert bad.exit_code == 1 and "2/2" in bad.output
+
+
+def test_interrupted_run_resumes_to_the_uninterrupted_file(allennlp_files, corpus, tmp_path, monkeypatch):
+    whole = tmp_path / "whole.hdf5"
+    assert embed(allennlp_files, str(corpus), str(whole), "--batch-size", "2").exit_code == 0
+    import spacy_elmo.bulk
+
+    real = spacy_elmo.bulk.embed_windows
+    calls = []
+
+    def interrupted_on_third_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(spacy_elmo.bulk, "embed_windows", interrupted_on_third_batch)
+    out = tmp_path / "resumed.hdf5"
+    stopped = embed(allennlp_files, str(corpus), str(out), "--batch-size", "2")
+    assert stopped.exit_code == 130 and "run the same command" in stopped.output
+    with h5py.File(out, "a") as f:
+        assert f.attrs["next_line"] == 4 and not f.attrs["complete"]
+        assert sorted(n for n in f if n != "tokens") == ["0", "1", "2", "3"]
+        # what a run killed mid-batch may leave: a dataset past next_line, of the wrong shape
+        f.create_dataset("4", data=np.zeros((1, 1, 1), dtype=np.float32))
+        f.create_dataset("tokens/4", data=np.array(["stale"], dtype=h5py.string_dtype()))
+    monkeypatch.setattr(spacy_elmo.bulk, "embed_windows", real)
+    resumed = embed(allennlp_files, str(corpus), str(out), "--batch-size", "2")
+    assert resumed.exit_code == 0, resumed.output
+    assert "3 lines" in resumed.output  # lines 4-6 only
+    assert_same_file(out, whole)
+    again = embed(allennlp_files, str(corpus), str(out), "--batch-size", "2")
+    assert again.exit_code == 0 and "already complete" in again.output
+
+
+def test_a_killed_process_resumes_to_the_uninterrupted_file(allennlp_files, corpus, tmp_path):
+    """SIGKILL in the middle of a batch's writes (the 9th dataset: line 4's tokens), then the same command again."""
+    options, weights = allennlp_files
+    args = ["embed", str(corpus), str(tmp_path / "{name}.hdf5"), "--options", str(options), "--weights", str(weights),
+            "--initial-state", "zeros", "--batch-size", "2", "--quiet"]
+    killer = textwrap.dedent(
+        """
+        import os, signal, sys
+        import h5py, torch
+        from spacy_elmo.cli import app
+        torch.set_num_threads(1)  # as in this test process: same sums in the same order
+        create, count = h5py.Group.create_dataset, [0]
+        def create_then_die(self, *args, **kwargs):
+            result = create(self, *args, **kwargs)
+            count[0] += 1
+            if count[0] == 9:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+        h5py.Group.create_dataset = create_then_die
+        app(sys.argv[1:])
+        """
+    )
+    killed_args = [a.replace("{name}", "killed") for a in args]
+    done = subprocess.run([sys.executable, "-c", killer, *killed_args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    with h5py.File(tmp_path / "killed.hdf5", "r") as f:
+        assert f.attrs["next_line"] == 4 and not f.attrs["complete"]
+    assert CliRunner().invoke(app, killed_args).exit_code == 0
+    assert CliRunner().invoke(app, [a.replace("{name}", "whole") for a in args]).exit_code == 0
+    assert_same_file(tmp_path / "killed.hdf5", tmp_path / "whole.hdf5")
+
+
+def test_resuming_with_other_settings_is_refused(allennlp_files, corpus, tmp_path):
+    out = tmp_path / "out.hdf5"
+    assert embed(allennlp_files, str(corpus), str(out), "--layers", "top").exit_code == 0
+    done = embed(allennlp_files, str(corpus), str(out), "--layers", "average")
+    assert done.exit_code == 1
+    assert "'top' then, 'average' now" in done.output and "delete it" in done.output
+
+
+def test_input_errors_name_the_file_and_line(allennlp_files, tmp_path):
+    missing = embed(allennlp_files, str(tmp_path / "nope.txt"), str(tmp_path / "a.hdf5"))
+    assert missing.exit_code == 1 and "nope.txt not found" in missing.output and "Traceback" not in missing.output
+    cases = {
+        '{"text": "fine"}\n{"text": "also fine"}\n{"text": oops}\n': "line 3: not valid JSON",
+        '{"text": "fine"}\n[1, 2]\n': 'line 2: expected an object with a "text" string or a "tokens" list',
+        '{"tokens": ["a", 3]}\n': 'line 1: "tokens" must be a list of strings',
+    }
+    for i, (text, message) in enumerate(cases.items()):
+        path = tmp_path / f"bad{i}.jsonl"
+        path.write_text(text, encoding="utf-8")
+        done = embed(allennlp_files, str(path), str(tmp_path / f"bad{i}.hdf5"), "--jsonl")
+        assert done.exit_code == 1 and f"{path}, {message}" in done.output, done.output
+        assert not (tmp_path / f"bad{i}.hdf5").exists()  # checked before anything is written
+
+
+def test_an_output_that_is_not_ours_is_left_alone(allennlp_files, corpus, tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("precious\n")
+    done = embed(allennlp_files, str(corpus), str(text))
+    assert done.exit_code == 1 and "Cannot open" in done.output and "choose another OUTPUT" in done.output
+    assert text.read_text() == "precious\n"
+    with h5py.File(tmp_path / "other.hdf5", "w") as f:
+        f["data"] = np.arange(3)
+    done = embed(allennlp_files, str(corpus), str(tmp_path / "other.hdf5"))
+    assert done.exit_code == 1 and "not written by 'spacy_elmo embed'" in done.output
+    with h5py.File(tmp_path / "other.hdf5", "r") as f:
+        assert list(f) == ["data"] and not f.attrs
