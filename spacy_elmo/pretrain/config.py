@@ -1,9 +1,10 @@
 """Pretraining configs: spaCy-style ``.cfg`` files, validated before any work starts."""
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from confection import Config
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
 
 from ..errors import ElmoError
 from ..model.encoder import TRAINING_START_KEY
@@ -27,20 +28,16 @@ class NlpSection(_Section):
     lang: str = "en"
 
 
-class ModelSection(_Section):
-    """The biLM architecture; the fields of :class:`~spacy_elmo.options.ElmoOptions`."""
-
-    lstm_dim: int
-    projection_dim: int
-    n_layers: int = 2
-    cell_clip: float = 3.0
-    proj_clip: float = 3.0
-    use_skip_connections: bool = True
-    char_embedding_dim: int = 16
-    filters: List[Tuple[int, int]]
-    n_highway: int = 1
-    max_characters_per_token: int = 50
-    activation: str = "relu"
+# The [model] section takes the architecture fields of ElmoOptions, with the same defaults.
+ModelSection = create_model(
+    "ModelSection",
+    __base__=_Section,
+    **{
+        f.name: (f.type, ... if f.default is MISSING else f.default)
+        for f in fields(ElmoOptions)
+        if f.name not in ("extra", "n_characters")
+    },
+)
 
 
 class CorpusSection(_Section):
@@ -87,7 +84,7 @@ class TrainingSection(_Section):
 class PretrainConfig(_Section):
     paths: PathsSection = PathsSection()
     nlp: NlpSection = NlpSection()
-    model: ModelSection
+    model: ModelSection  # type: ignore[valid-type]
     corpus: CorpusSection
     vocab: VocabSection = VocabSection()
     objective: ObjectiveSection = ObjectiveSection()
@@ -106,19 +103,8 @@ def default_config(preset_name: str = "tiny") -> Config:
     if preset_name not in PRESET_NAMES:
         raise PretrainConfigError(f"Unknown preset {preset_name!r}; choose one of {PRESET_NAMES}")
     options = preset(preset_name)
-    model = {
-        "lstm_dim": options.lstm_dim,
-        "projection_dim": options.projection_dim,
-        "n_layers": options.n_layers,
-        "cell_clip": options.cell_clip,
-        "proj_clip": options.proj_clip,
-        "use_skip_connections": options.use_skip_connections,
-        "char_embedding_dim": options.char_embedding_dim,
-        "filters": [list(f) for f in options.filters],
-        "n_highway": options.n_highway,
-        "max_characters_per_token": options.max_characters_per_token,
-        "activation": options.activation,
-    }
+    model = {name: getattr(options, name) for name in ModelSection.model_fields}
+    model["filters"] = [list(f) for f in options.filters]
     defaults = {k: v for k, v in TrainingSection().model_dump().items()}
     if preset_name == "tiny":
         # Trained for well under one epoch of a large corpus: no overfitting to fight, so no dropout.
