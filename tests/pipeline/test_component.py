@@ -158,10 +158,6 @@ def test_a_missing_weight_file_is_reported_on_first_use():
 
 
 def test_no_weight_files_means_the_embedded_model():
-    from spacy_elmo.default_model import DEFAULT_MODEL_DIR
-
-    if not (DEFAULT_MODEL_DIR / "weights.hdf5").exists():
-        pytest.skip("the embedded default model is not in this checkout yet")
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     doc = nlp("The default model")
