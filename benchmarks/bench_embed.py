@@ -32,24 +32,36 @@ from spacy_elmo.weights import save_files
 UD = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_english_ewt"
 
 
-def read_conllu(path: Path, min_len: int = 1, max_len: int = 10**9, limit: Optional[int] = None) -> List[List[str]]:
-    """Sentences (FORM column, no multi-word or empty-node lines) of ``min_len``..``max_len`` tokens, in file order."""
-    sentences: List[List[str]] = []
+def read_conllu_tagged(
+    path: Path, min_len: int = 1, max_len: int = 10**9, limit: Optional[int] = None
+) -> List[Tuple[List[str], List[str]]]:
+    """(FORM, UPOS) columns of the sentences of ``min_len``..``max_len`` tokens, in file order.
+
+    Multi-word token lines and empty nodes are skipped.
+    """
+    sentences: List[Tuple[List[str], List[str]]] = []
     words: List[str] = []
+    tags: List[str] = []
     with path.open(encoding="utf-8") as f:
         for line in f:
             line = line.rstrip("\n")
             if not line:
                 if min_len <= len(words) <= max_len:
-                    sentences.append(words)
+                    sentences.append((words, tags))
                     if limit is not None and len(sentences) == limit:
                         break
-                words = []
+                words, tags = [], []
             elif not line.startswith("#"):
                 cols = line.split("\t")
                 if cols[0].isdigit():
                     words.append(cols[1])
+                    tags.append(cols[3])
     return sentences
+
+
+def read_conllu(path: Path, min_len: int = 1, max_len: int = 10**9, limit: Optional[int] = None) -> List[List[str]]:
+    """The FORM column of :func:`read_conllu_tagged`'s sentences."""
+    return [words for words, _ in read_conllu_tagged(path, min_len, max_len, limit)]
 
 
 def forward_macs_per_token(options: ElmoOptions) -> Dict[str, float]:

@@ -11,40 +11,17 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import List
 
 import numpy as np
 import torch
 
+from bench_embed import UD, read_conllu_tagged
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.default_model import default_model_files
 from spacy_elmo.model.bilm import BiLm
 from spacy_elmo.options import ElmoOptions
 from spacy_elmo.weights import save_files
-
-UD = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ud_english_ewt"
-
-
-def read_conllu(path: Path, limit: int) -> List[Tuple[List[str], List[str]]]:
-    """(words, UPOS tags) per sentence; multi-word token lines and empty nodes are skipped."""
-    sentences, words, tags = [], [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            if words:
-                sentences.append((words, tags))
-                words, tags = [], []
-                if len(sentences) == limit:
-                    break
-            continue
-        if line.startswith("#"):
-            continue
-        cols = line.split("\t")
-        if "-" in cols[0] or "." in cols[0]:
-            continue
-        words.append(cols[1])
-        tags.append(cols[3])
-    return sentences
-
 
 def layer_features(embedder: ElmoEmbedder, sentences) -> np.ndarray:
     """``(n_layers + 1, n_tokens, dim)`` for all tokens of all sentences, in order."""
@@ -90,8 +67,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     options_file, weight_file = (args.options, args.weights) if args.options else default_model_files()
-    train = read_conllu(UD / "en_ewt-ud-train.conllu", args.train_sentences)
-    test = read_conllu(UD / "en_ewt-ud-test.conllu", args.test_sentences)
+    train = read_conllu_tagged(UD / "en_ewt-ud-train.conllu", limit=args.train_sentences)
+    test = read_conllu_tagged(UD / "en_ewt-ud-test.conllu", limit=args.test_sentences)
     tagset = sorted({t for _, tags in train for t in tags})
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:

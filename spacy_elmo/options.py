@@ -21,6 +21,9 @@ PathLike = Union[str, Path]
 
 ACTIVATIONS = ("relu", "tanh")
 
+# The char CNN of every published English ELMo (2048 channels).
+PUBLISHED_FILTERS: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
 
 @dataclass(frozen=True)
 class ElmoOptions:
@@ -33,7 +36,7 @@ class ElmoOptions:
     proj_clip: float = 3.0
     use_skip_connections: bool = True
     char_embedding_dim: int = 16
-    filters: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+    filters: Tuple[Tuple[int, int], ...] = PUBLISHED_FILTERS
     n_highway: int = 1
     n_characters: int = 262
     max_characters_per_token: int = 50
@@ -185,9 +188,6 @@ def _positive(data: Dict[str, Any], key: str, source: str) -> int:
     if value <= 0:
         raise ElmoOptionsError(f"{source}: {key!r} must be a positive integer, found {value}")
     return value
-
-
-PUBLISHED_FILTERS: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
 
 def preset(name: str) -> ElmoOptions:

@@ -4,7 +4,7 @@ A token is its UTF-8 bytes framed by begin/end-of-word markers and padded to ``m
 every id is shifted by +1 so that 0 can mark a padding *token*. Sentence boundaries are tokens
 of their own with fixed patterns, and the literal strings ``<S>`` and ``</S>`` map to them.
 """
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence
 
 import numpy as np
 
@@ -56,11 +56,6 @@ def tokens_to_ids(tokens: Iterable[str], max_chars: int = 50) -> np.ndarray:
     return np.stack(rows)
 
 
-def n_real_chars(char_ids: np.ndarray) -> np.ndarray:
-    """Per token, how many leading ids are not padding (begin/end-of-word included)."""
-    return (char_ids != PAD_CHAR).sum(axis=-1)
-
-
 class TokenBatch:
     """A batch of sentences as indices into a table of its distinct tokens.
 
@@ -90,6 +85,3 @@ class TokenBatch:
     @property
     def batch_size(self) -> int:
         return len(self.lengths)
-
-    def shape(self) -> Tuple[int, int]:
-        return self.index.shape  # type: ignore[return-value]

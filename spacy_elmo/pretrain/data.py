@@ -11,7 +11,7 @@ import gzip
 import io
 import random
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import spacy
 
@@ -173,10 +173,6 @@ class SentenceStream:
             size += len(sentence)
         self.rng.shuffle(batches)
         return batches
-
-    def __iter__(self) -> Iterator[List[List[str]]]:
-        while True:
-            yield self.next_batch()
 
     def state_dict(self) -> Dict[str, Any]:
         """Everything needed to continue the stream exactly (plain Python values only)."""

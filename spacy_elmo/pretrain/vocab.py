@@ -31,7 +31,7 @@ class Vocab:
         return 2
 
     def encode(self, tokens: Iterable[str]) -> List[int]:
-        return [self.ids.get(t, 2) for t in tokens]
+        return [self.ids.get(t, self.unk) for t in tokens]
 
     @classmethod
     def build(cls, sentences: Iterable[Sequence[str]], size: int) -> "Vocab":
