@@ -6,6 +6,8 @@
 FORMAT:
   conll-ner   CoNLL-2003 style: ``WORD POS CHUNK NER`` per line, IOB2 tags in the last column, blank line between
               sentences, ``-DOCSTART-`` lines ignored                                  -> doc.ents
+  char-bio    Character-level IOB2, ``CHAR<TAB>TAG`` per line, blank line between sentences, text written
+              without spaces (Weibo NER ``*.char.bio``: Chinese, one token per character)  -> doc.ents
   uner        Universal NER IOB2: ``# text`` comments, tab-separated ``INDEX TOKEN TAG ...`` -> doc.ents
   conllu      Universal Dependencies CoNLL-U (spaCy's conllu converter)  -> tag (XPOS), pos (UPOS), morph, deps
   sst         SST TSV with header ``label<TAB>text`` (labels 0-4, or 0-1 for SST-2) -> doc.cats (exclusive)
@@ -25,7 +27,7 @@ from spacy.lang.en import English
 from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 
-FORMATS = ("conll-ner", "uner", "conllu", "sst", "genre")
+FORMATS = ("conll-ner", "char-bio", "uner", "conllu", "sst", "genre")
 SST5_LABELS = ("very_negative", "negative", "neutral", "positive", "very_positive")
 SST2_LABELS = ("negative", "positive")
 EWT_GENRES = ("answers", "email", "newsgroup", "reviews", "weblog")
@@ -140,6 +142,9 @@ def convert(fmt: str, input_path: Path, percent: float = 100.0, seed: int = 0) -
         lines = f.readlines()
     if fmt == "conll-ner":
         docs = list(iob_docs(nlp.vocab, read_columns(lines, 0, -1, comments=False, sep=None)))
+    elif fmt == "char-bio":
+        sentences = read_columns(lines, 0, 1, comments=False, sep="\t")
+        docs = list(iob_docs(nlp.vocab, [(words, tags, "".join(words)) for words, tags, _ in sentences]))
     elif fmt == "uner":
         docs = list(iob_docs(nlp.vocab, read_columns(lines, 1, 2, comments=True, sep="\t")))
     elif fmt == "conllu":
@@ -176,7 +181,7 @@ def write_splits(fmt: str, paths: Sequence[Path], output_dir: Path, percent: flo
             raise typer.Exit(1)
         out = output_dir / f"{split}.spacy"
         DocBin(docs=docs, store_user_data=False).to_disk(out)
-        n_ents = f", {sum(len(doc.ents) for doc in docs)} entities" if fmt in ("conll-ner", "uner") else ""
+        n_ents = f", {sum(len(doc.ents) for doc in docs)} entities" if fmt in ("conll-ner", "char-bio", "uner") else ""
         typer.echo(f"✔ {out}: {len(docs)} docs, {sum(len(d) for d in docs)} tokens{n_ents} (from {path}, {pct:g}%)")
 
 

@@ -1,11 +1,14 @@
 """Write the project's training configs (configs/*.cfg) from the package's ELMo example configs.
 
 Single source: the ELMo configs are ``spacy_elmo/pipeline/configs/{ner,tagger,textcat}.cfg`` (the tagger one
-gets a morphologizer and a parser for UD), and every baseline is its ELMo config with the embedding swapped:
-the ``elmo`` component becomes spaCy's own CNN ``tok2vec`` (the ``spacy init config`` default:
-MultiHashEmbed + MaxoutWindowEncoder, width 96, depth 4) and each ``spacy_elmo.ElmoListener.v1`` becomes a
-``spacy.Tok2VecListener.v1``. Everything else (task heads, batcher, optimizer, training length, score weights)
-stays the same.
+gets a morphologizer and a parser for UD). In them each task listens to ELMo added to spaCy's own CNN
+``tok2vec`` (the ``spacy init config`` default: MultiHashEmbed + MaxoutWindowEncoder, width 96, depth 4): a
+``spacy_elmo.ElmoListener.v1`` whose ``embed`` is a ``spacy.Tok2VecListener.v1``. Every baseline is its ELMo
+config with ELMo taken out: no ``elmo`` component, and each ELMo listener replaced by its ``embed``. Everything
+else (the CNN, task heads, batcher, optimizer, training length, score weights) stays the same.
+
+Chinese NER (Weibo) uses the ner configs with spaCy's ``zh`` tokenizer in character mode (one token per
+character, no download): ``ner_zh.cfg`` and ``ner_zh_baseline.cfg``.
 
     python scripts/make_configs.py            # (re)write configs/
     python scripts/make_configs.py --check    # exit 1 if configs/ is out of date
@@ -24,32 +27,6 @@ OUT_DIR = ROOT / "configs"
 TASKS = ("ner", "tagger", "textcat")
 
 ELMO_LISTENER = "spacy_elmo.ElmoListener.v1"
-CNN_WIDTH = 96
-TOK2VEC_COMPONENT = {
-    "factory": "tok2vec",
-    "model": {
-        "@architectures": "spacy.Tok2Vec.v2",
-        "embed": {
-            "@architectures": "spacy.MultiHashEmbed.v2",
-            "width": "${components.tok2vec.model.encode.width}",
-            "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
-            "rows": [5000, 1000, 2500, 2500],
-            "include_static_vectors": False,
-        },
-        "encode": {
-            "@architectures": "spacy.MaxoutWindowEncoder.v2",
-            "width": CNN_WIDTH,
-            "depth": 4,
-            "window_size": 1,
-            "maxout_pieces": 3,
-        },
-    },
-}
-TOK2VEC_LISTENER = {
-    "@architectures": "spacy.Tok2VecListener.v1",
-    "width": "${components.tok2vec.model.encode.width}",
-    "upstream": "tok2vec",
-}
 
 # UD: XPOS tagger (tag_acc) + morphologizer (UPOS = pos_acc, morph_acc) + parser (LAS/UAS), as in spaCy's
 # `spacy init config -p tagger,morphologizer,parser`; each listens to the same upstream as the tagger.
@@ -92,6 +69,19 @@ UD_SCORE_WEIGHTS = {
 }
 
 
+ZH_TOKENIZER = {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}
+ZH_TOKENIZER_INIT = {"pkuseg_model": None, "pkuseg_user_dict": "default"}
+
+
+def chinese(cfg: Config) -> Config:
+    """``cfg`` for Chinese text, one token per character."""
+    cfg = copy.deepcopy(cfg)
+    cfg["nlp"]["lang"] = "zh"
+    cfg["nlp"]["tokenizer"] = copy.deepcopy(ZH_TOKENIZER)
+    cfg["initialize"]["tokenizer"] = copy.deepcopy(ZH_TOKENIZER_INIT)
+    return cfg
+
+
 def header(task: str, kind: str) -> str:
     source = f"spacy_elmo/pipeline/configs/{task}.cfg"
     if kind == "elmo":
@@ -119,26 +109,29 @@ def elmo_config(task: str) -> Config:
 
 
 def baseline_config(elmo_cfg: Config) -> Config:
+    """The ELMo config without ELMo: no ``elmo`` component, and each ELMo listener replaced by its ``embed``
+    (the listener to the shared CNN ``tok2vec``) that it concatenated with the biLM's layers."""
     cfg = copy.deepcopy(elmo_cfg)
-    cfg["nlp"]["pipeline"] = ["tok2vec" if name == "elmo" else name for name in cfg["nlp"]["pipeline"]]
+    cfg["nlp"]["pipeline"] = [name for name in cfg["nlp"]["pipeline"] if name != "elmo"]
     components: Dict[str, Any] = cfg["components"]
     del components["elmo"]
-    new_components = {"tok2vec": copy.deepcopy(TOK2VEC_COMPONENT)}
     for name, component in components.items():
         tok2vec = component.get("model", {}).get("tok2vec")
         if tok2vec is not None and tok2vec.get("@architectures") == ELMO_LISTENER:
-            component["model"]["tok2vec"] = copy.deepcopy(TOK2VEC_LISTENER)
-        new_components[name] = component
-    cfg["components"] = new_components
+            if not tok2vec.get("embed"):
+                raise ValueError(f"components.{name}: an ELMo listener without `embed` has no baseline to fall back to")
+            component["model"]["tok2vec"] = copy.deepcopy(tok2vec["embed"])
     for key in ("elmo_options", "elmo_weights"):
         cfg["paths"].pop(key, None)
     return cfg
 
 
-def render(task: str, kind: str) -> str:
+def render(task: str, kind: str, lang: str = "en") -> str:
     cfg = elmo_config(task)
     if kind == "baseline":
         cfg = baseline_config(cfg)
+    if lang == "zh":
+        cfg = chinese(cfg)
     return header(task, kind) + cfg.to_str() + "\n"
 
 
@@ -147,6 +140,8 @@ def outputs() -> Dict[Path, str]:
     for task in TASKS:
         files[OUT_DIR / f"{task}.cfg"] = render(task, "elmo")
         files[OUT_DIR / f"{task}_baseline.cfg"] = render(task, "baseline")
+    files[OUT_DIR / "ner_zh.cfg"] = render("ner", "elmo", "zh")
+    files[OUT_DIR / "ner_zh_baseline.cfg"] = render("ner", "baseline", "zh")
     return files
 
 

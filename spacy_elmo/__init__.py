@@ -1,6 +1,6 @@
 """spacy-elmo: ELMo contextual word vectors for spaCy, on a PyTorch biLM that reads AllenNLP/bilm-tf weights."""
 from .embedder import ElmoEmbedder
-from .errors import ElmoError, ElmoOptionsError, ElmoWeightsError
+from .errors import ElmoError, ElmoOptionsError, ElmoWeightsError, TokenTruncationWarning
 from .model.bilm import BiLm
 from .model.encoder import ElmoEncoder
 from .model.scalar_mix import ScalarMix
@@ -19,4 +19,5 @@ __all__ = [
     "ElmoOptionsError",
     "ElmoWeightsError",
     "ScalarMix",
+    "TokenTruncationWarning",
 ]

@@ -134,7 +134,7 @@ class EmbedSettings:
     def model_files(self) -> Tuple[Path, Path]:
         """The biLM's options and weights files (the embedded model's when none were given)."""
         if self.options_file is None:
-            return default_model_files()
+            return default_model_files(self.lang)
         return Path(self.options_file), Path(self.weight_file)  # type: ignore[arg-type]
 
     def record(self, input_path: Path) -> str:

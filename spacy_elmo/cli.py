@@ -80,7 +80,7 @@ def embed(
     input_file: Path = typer.Argument(..., help="Text (one sentence or document per line) or JSONL (--jsonl)"),
     output_file: str = typer.Argument(..., help="HDF5 file to write; {shard} in it becomes the shard index"),
     jsonl: bool = typer.Option(False, "--jsonl", help='Input lines are JSON objects with "text" or "tokens"'),
-    lang: str = typer.Option("en", "--lang", help="spaCy language whose tokenizer splits the text"),
+    lang: str = typer.Option("en", "--lang", help="spaCy language whose tokenizer splits the text; without --options/--weights, also picks the embedded model (en, zh)"),
     whitespace: bool = typer.Option(False, "--whitespace", help="Split text on whitespace instead of spaCy's tokenizer"),
     layers: str = typer.Option("all", "--layers", help="all | top | average | mix"),
     mix_weights: Optional[str] = typer.Option(None, "--mix-weights", help="For --layers mix: one weight per layer, e.g. 0.2,0.5,0.3"),

@@ -1,18 +1,40 @@
-"""The English biLM shipped inside the package, used when no weights are given."""
+"""The biLMs shipped inside the package, one per language, used when no weights are given."""
+import warnings
 from pathlib import Path
-from typing import Tuple
+from typing import Dict, Tuple
 
 from .errors import ElmoWeightsError
 
-DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "en_gutenberg_tiny"
+DATA_DIR = Path(__file__).parent / "data"
+# Language code (as spaCy names languages) -> folder under ``data/`` holding options.json and weights.hdf5.
+EMBEDDED_MODELS: Dict[str, str] = {"en": "en_gutenberg_tiny", "zh": "zh_classics_tiny"}
+DEFAULT_LANG = "en"
+DEFAULT_MODEL_DIR = DATA_DIR / EMBEDDED_MODELS[DEFAULT_LANG]
 
 
-def default_model_files() -> Tuple[Path, Path]:
-    """Paths of the embedded model's ``options.json`` and ``weights.hdf5``."""
-    options, weights = DEFAULT_MODEL_DIR / "options.json", DEFAULT_MODEL_DIR / "weights.hdf5"
+def embedded_model_dir(lang: str = DEFAULT_LANG) -> Path:
+    """The folder of the embedded model for ``lang``; the English one, with a warning, for other languages."""
+    name = EMBEDDED_MODELS.get(lang)
+    if name is None:
+        warnings.warn(
+            f"spacy-elmo embeds no ELMo model for language {lang!r} (it has: {', '.join(sorted(EMBEDDED_MODELS))}), "
+            f"so the English one is used. Its byte-level character CNN reads any script, but its language model "
+            f"learned English. For your language, pretrain a model (python -m spacy_elmo pretrain) or use a "
+            f"published one, and give its options_file and weight_file.",
+            UserWarning,
+            stacklevel=2,
+        )
+        name = EMBEDDED_MODELS[DEFAULT_LANG]
+    return DATA_DIR / name
+
+
+def default_model_files(lang: str = DEFAULT_LANG) -> Tuple[Path, Path]:
+    """Paths of the embedded model's ``options.json`` and ``weights.hdf5`` for ``lang``."""
+    folder = embedded_model_dir(lang)
+    options, weights = folder / "options.json", folder / "weights.hdf5"
     if not (options.exists() and weights.exists()):
         raise ElmoWeightsError(
-            f"The embedded default ELMo model is missing from {DEFAULT_MODEL_DIR}; reinstall spacy-elmo, or pass "
+            f"The embedded ELMo model is missing from {folder}; reinstall spacy-elmo, or pass "
             f"options_file and weight_file explicitly."
         )
     return options, weights

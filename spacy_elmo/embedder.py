@@ -13,7 +13,7 @@ import torch
 from .model.carried_state import CarriedState
 from .model.encoder import ElmoEncoder
 from .weights import load_files
-from .default_model import default_model_files
+from .default_model import DEFAULT_LANG, default_model_files
 
 PathLike = Union[str, Path]
 
@@ -24,7 +24,7 @@ class ElmoEmbedder:
     """Embed sentences with a pretrained biLM.
 
     options_file, weight_file: AllenNLP/bilm-tf ``options.json`` and weights ``.hdf5``; both None
-        means the English model embedded in this package.
+        means the model embedded in this package for ``lang``.
     initial_state: where each sentence's LSTMs start: ``"zeros"``, ``"warm"`` (the state after a
         fixed short text) or ``"auto"`` (default): the start the model was trained from, i.e. "warm"
         for the published models (trained with carried state) and "zeros" for models made by
@@ -34,6 +34,7 @@ class ElmoEmbedder:
     device: torch device ("cpu", "cuda", "cuda:1", ...).
     cache_size: number of token vectors to keep (0: no cache); ``cache_words`` pre-fills it.
     max_batch_tokens: padded tokens per biLM batch in the stateless mode.
+    lang: with no files given, use the model embedded for this language ("en" or "zh").
     """
 
     def __init__(
@@ -46,11 +47,12 @@ class ElmoEmbedder:
         cache_size: int = 0,
         cache_words: Optional[Iterable[str]] = None,
         max_batch_tokens: int = 4096,
+        lang: str = DEFAULT_LANG,
     ):
         if (options_file is None) != (weight_file is None):
             raise ValueError("Give both options_file and weight_file, or neither (to use the embedded model)")
         if options_file is None:
-            options_file, weight_file = default_model_files()
+            options_file, weight_file = default_model_files(lang)
         bilm = load_files(options_file, weight_file)
         self.encoder = ElmoEncoder(bilm, initial_state=initial_state, cache_size=cache_size).to(device).eval()
         if cache_words is not None:

@@ -11,3 +11,11 @@ class ElmoOptionsError(ElmoError, ValueError):
 
 class ElmoWeightsError(ElmoError, ValueError):
     """A weights ``.hdf5`` file is missing, damaged, or does not match its options."""
+
+
+class TokenTruncationWarning(UserWarning):
+    """A token is longer, in UTF-8 bytes, than the model's character CNN reads; its tail is ignored.
+
+    Shown once per model. Silence it with
+    ``warnings.simplefilter("ignore", spacy_elmo.TokenTruncationWarning)``.
+    """

@@ -21,3 +21,35 @@ def test_no_arguments_use_the_embedded_model_from_the_zero_state():
     explicit = ElmoEmbedder(*default_model_files(), initial_state="zeros").embed_sentence(sentence)
     assert default.shape == (3, 6, 256) and default.dtype == np.float32 and np.isfinite(default).all()
     np.testing.assert_array_equal(default, explicit)
+
+
+def test_chinese_model_is_picked_by_language_and_reads_one_character_tokens():
+    options_file, weight_file = default_model_files("zh")
+    options = ElmoOptions.from_file(options_file)
+    assert options_file.parent.name == "zh_classics_tiny" and options.max_characters_per_token == 10
+    assert weight_file.stat().st_size <= 25 * 2**20
+    sentence = list("宝玉在园中读书。")
+    by_lang = ElmoEmbedder(lang="zh").embed_sentence(sentence)
+    explicit = ElmoEmbedder(options_file, weight_file, initial_state="zeros").embed_sentence(sentence)
+    np.testing.assert_array_equal(by_lang, explicit)
+
+
+def test_pipeline_language_picks_the_embedded_model():
+    import spacy
+
+    text = "宝玉在园中读书。"
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("elmo")
+    doc = nlp(text)
+    words = [t.text for t in doc]
+    assert words == list(text)
+    want = ElmoEmbedder(lang="zh").embed_sentence(words).mean(axis=0)
+    np.testing.assert_allclose(doc._.elmo, want, atol=1e-6)
+
+
+def test_a_language_without_embedded_model_warns_and_uses_english():
+    import pytest
+
+    with pytest.warns(UserWarning, match="no ELMo model for language 'de'"):
+        files = default_model_files("de")
+    assert files == default_model_files("en")

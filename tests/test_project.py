@@ -58,13 +58,18 @@ def _without_embedding(cfg: Config) -> dict:
     return dict(cfg)
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_baseline_differs_from_elmo_only_in_the_embedding(task):
+@pytest.mark.parametrize("task", [*TASKS, "ner_zh"])
+def test_baseline_is_the_elmo_config_without_elmo(task):
     elmo = Config().from_disk(ROOT / "configs" / f"{task}.cfg", interpolate=False)
     base = Config().from_disk(ROOT / "configs" / f"{task}_baseline.cfg", interpolate=False)
-    assert "elmo" in elmo["nlp"]["pipeline"] and "tok2vec" in base["nlp"]["pipeline"]
-    listeners = [c["model"]["tok2vec"]["@architectures"] for c in elmo["components"].values() if "tok2vec" in c.get("model", {})]
-    assert listeners and set(listeners) == {"spacy_elmo.ElmoListener.v1"}
+    assert "elmo" in elmo["nlp"]["pipeline"]
+    assert [n for n in elmo["nlp"]["pipeline"] if n != "elmo"] == base["nlp"]["pipeline"]
+    # Same CNN; each ELMo listener adds the biLM mix to exactly what the baseline's component listens to.
+    assert elmo["components"]["tok2vec"] == base["components"]["tok2vec"]
+    tasks = {name: c for name, c in elmo["components"].items() if "tok2vec" in c.get("model", {})}
+    assert tasks and {c["model"]["tok2vec"]["@architectures"] for c in tasks.values()} == {"spacy_elmo.ElmoListener.v1"}
+    for name, component in tasks.items():
+        assert component["model"]["tok2vec"]["embed"] == base["components"][name]["model"]["tok2vec"]
     assert _without_embedding(elmo) == _without_embedding(base)
     # Both are complete, valid spaCy configs.
     from spacy.util import load_config_from_str
@@ -90,6 +95,15 @@ def test_spaces_from_text():
     assert corpus.spaces_from_text(["a", "x"], "a b") == [True, False]  # mismatch: plain spacing
 
 
+def test_chinese_configs_tokenize_one_character_per_token():
+    from spacy.util import load_config, load_model_from_config
+
+    for name in ("ner_zh", "ner_zh_baseline"):
+        cfg = load_config(ROOT / "configs" / f"{name}.cfg")
+        nlp = load_model_from_config(cfg, auto_fill=True, validate=True)
+        assert nlp.lang == "zh" and [t.text for t in nlp.make_doc("我爱ab")] == ["我", "爱", "a", "b"]
+
+
 def _docs(path: Path):
     return list(DocBin().from_disk(path).get_docs(English().vocab))
 
@@ -108,6 +122,15 @@ def test_convert_conll_ner_and_uner(tmp_path):
         "4\tBay\tI-LOC\t-\t-\n5\t,\tO\t-\t-\n6\tnow\tO\t-\t-\n7\t!\tO\t-\t-\n\n", encoding="utf-8")
     (doc,) = corpus.convert("uner", uner)
     assert doc.text == "Go to Tampa Bay, now!" and [(e.text, e.label_) for e in doc.ents] == [("Tampa Bay", "LOC")]
+
+
+def test_convert_char_bio_joins_characters_without_spaces(tmp_path):
+    bio = tmp_path / "w.char.bio"
+    bio.write_text("我\tO\n在\tO\n北\tB-GPE.NAM\n京\tI-GPE.NAM\n��\tO\n\n张\tB-PER.NAM\n三\tI-PER.NAM\n\n", encoding="utf-8")
+    docs = corpus.convert("char-bio", bio)
+    assert [d.text for d in docs] == ["我在北京��", "张三"]
+    assert [len(d) for d in docs] == [5, 2]  # a two-character token of the source stays one token
+    assert [(e.text, e.label_) for d in docs for e in d.ents] == [("北京", "GPE.NAM"), ("张三", "PER.NAM")]
 
 
 def test_convert_sst_and_genre_and_conllu(tmp_path):

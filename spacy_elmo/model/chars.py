@@ -4,7 +4,7 @@ A token is its UTF-8 bytes framed by begin/end-of-word markers and padded to ``m
 every id is shifted by +1 so that 0 can mark a padding *token*. Sentence boundaries are tokens
 of their own with fixed patterns, and the literal strings ``<S>`` and ``</S>`` map to them.
 """
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -23,6 +23,24 @@ def _boundary_ids(marker: int, max_chars: int) -> np.ndarray:
     ids = np.full(max_chars, PAD_CHAR, dtype=np.int64)
     ids[:3] = (BOW_CHAR, marker, EOW_CHAR)
     return ids
+
+
+def n_bytes(token: str) -> int:
+    """Length of ``token`` in UTF-8 bytes, the unit of the model's token length limit."""
+    return len(token.encode("utf-8", "surrogatepass"))
+
+
+def first_truncated(tokens: Iterable[str], max_chars: int) -> Optional[str]:
+    """The first token longer than the ``max_chars - 2`` bytes the model reads, if any.
+
+    The markers ``<S>``/``</S>`` are never cut, whatever their length.
+    """
+    limit = max_chars - 2
+    for token in tokens:
+        # A code point is at most 4 bytes, so most tokens are ruled out without encoding them.
+        if len(token) * 4 > limit and n_bytes(token) > limit and token not in (BOS_TOKEN, EOS_TOKEN):
+            return token
+    return None
 
 
 def token_bytes(token: str, max_chars: int = 50) -> bytes:

@@ -1,4 +1,5 @@
 """Sentences in, ELMo layers out: tokens to char ids, the token layer (with its cache), the biLM, batching."""
+import warnings
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -6,7 +7,8 @@ import torch
 from torch import nn
 
 from .bilm import BiLm, BiLmState
-from .chars import TokenBatch, tokens_to_ids
+from ..errors import TokenTruncationWarning
+from .chars import TokenBatch, first_truncated, n_bytes, tokens_to_ids
 from .token_cache import TokenCache
 
 # A short, plain text whose final LSTM state is the "warm" starting state (see ``ElmoEncoder``).
@@ -54,6 +56,7 @@ class ElmoEncoder(nn.Module):
         self.initial_state = initial_state
         self.cache = TokenCache(cache_size, bilm.options.projection_dim) if cache_size > 0 else None
         self._warm: Optional[BiLmState] = None
+        self._truncation_reported = False
 
     @property
     def options(self):
@@ -95,7 +98,28 @@ class ElmoEncoder(nn.Module):
         return out
 
     def _char_ids(self, types: Sequence[str], max_chars: int) -> torch.Tensor:
+        if not self._truncation_reported:
+            self._report_truncation(types, max_chars)
         return torch.from_numpy(tokens_to_ids(types, max_chars)).to(self.device)
+
+    def _report_truncation(self, types: Sequence[str], max_chars: int) -> None:
+        """Warn, once per encoder, that a token is longer than the model reads (a limit in bytes, not characters)."""
+        token = first_truncated(types, max_chars)
+        if token is None:
+            return
+        self._truncation_reported = True
+        limit = max_chars - 2
+        shown = token if len(token) <= 30 else token[:30] + "..."
+        warnings.warn(
+            f"The token {shown!r} is {n_bytes(token)} bytes long in UTF-8, but this ELMo model reads only the "
+            f"first {limit} bytes of a token (max_characters_per_token = {max_chars} in its options.json, two "
+            f"of which mark the word's start and end); the rest of the token is ignored. Characters outside "
+            f"ASCII take 2-4 bytes: {limit} bytes hold {limit // 3} Chinese or Japanese characters. Longer "
+            f"tokens only matter if their ends tell them apart; to allow more, pretrain a model with a larger "
+            f"max_characters_per_token. This warning is shown once per model.",
+            TokenTruncationWarning,
+            stacklevel=2,
+        )
 
     def fill_cache(self, words: Iterable[str], batch_size: int = 4096) -> None:
         """Pre-fill the token cache from a word list, most frequent first, until it is full."""

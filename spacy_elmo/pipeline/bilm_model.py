@@ -25,7 +25,7 @@ from thinc.api import ArgsKwargs, Model, PyTorchShim, get_torch_default_device, 
 from thinc.types import Floats2d, Floats3d, FloatsXd
 from torch import nn
 
-from ..default_model import default_model_files
+from ..default_model import DEFAULT_LANG, default_model_files
 from ..embedder import DEFAULT_INITIAL_STATE
 from ..errors import ElmoWeightsError
 from ..model.carried_state import CarriedState
@@ -42,6 +42,8 @@ DEFAULT_SETTINGS: Dict[str, Any] = {
     "max_sentence_tokens": 256,
     "frozen": True,
 }
+# Not a component setting but the pipeline's language: it picks the embedded model when no files are given.
+MODEL_ATTRS: Dict[str, Any] = {**DEFAULT_SETTINGS, "lang": DEFAULT_LANG}
 
 
 class Segment(NamedTuple):
@@ -187,15 +189,15 @@ def build_bilm_model() -> Model[List[Doc], List[Floats3d]]:
         init=init,
         shims=[ElmoShim()],
         dims={"nO": None, "nL": None},
-        attrs=dict(DEFAULT_SETTINGS),
+        attrs=dict(MODEL_ATTRS),
     )
 
 
 def configure_bilm_model(model: Model, **settings: Any) -> None:
-    """Set the model's settings (keys of :data:`DEFAULT_SETTINGS`), checking their values."""
-    unknown = set(settings) - set(DEFAULT_SETTINGS)
+    """Set the model's settings (keys of :data:`MODEL_ATTRS`), checking their values."""
+    unknown = set(settings) - set(MODEL_ATTRS)
     if unknown:
-        raise ValueError(f"Unknown ELMo biLM settings {sorted(unknown)}; known: {sorted(DEFAULT_SETTINGS)}")
+        raise ValueError(f"Unknown ELMo biLM settings {sorted(unknown)}; known: {sorted(MODEL_ATTRS)}")
     if settings.get("initial_state", DEFAULT_INITIAL_STATE) not in INITIAL_STATES:
         raise ValueError(f"initial_state must be one of {INITIAL_STATES}, found {settings['initial_state']!r}")
     for key in ("max_batch_tokens", "max_sentence_tokens"):
@@ -215,7 +217,7 @@ def load_bilm_weights(model: Model) -> None:
     """(Re)load the biLM from the model's ``options_file``/``weight_file`` (both None: the embedded model)."""
     options_file, weight_file = model.attrs["options_file"], model.attrs["weight_file"]
     if options_file is None:
-        options_file, weight_file = default_model_files()
+        options_file, weight_file = default_model_files(model.attrs["lang"])
     bilm = load_files(options_file, weight_file)
     model.shims[0].set_module(SegmentEncoder(ElmoEncoder(bilm)))
     _apply_settings(model)

@@ -104,7 +104,7 @@ class Elmo(TrainablePipe):
     """Runs the biLM over each Doc's sentences (or windows) and shares the layers.
 
     Weights: ``options_file`` + ``weight_file`` (AllenNLP/bilm-tf files; both None: the model
-    embedded in spacy-elmo). They are read by ``initialize()`` (which also takes both as
+    embedded in spacy-elmo for the pipeline's language, English or Chinese). They are read by ``initialize()`` (which also takes both as
     ``[initialize.components.<name>]`` settings), else on first use; a saved pipeline carries
     them. ``initial_state`` / ``stateful``: as for ``ElmoEmbedder``.
     ``max_sentence_tokens``: longest biLM input; longer sentences (or Docs without sentence
@@ -159,6 +159,7 @@ class Elmo(TrainablePipe):
             max_batch_tokens=max_batch_tokens,
             max_sentence_tokens=max_sentence_tokens,
             frozen=frozen,
+            lang=vocab.lang,
         )
         self.mix = mix
         self.store_vectors = store_vectors

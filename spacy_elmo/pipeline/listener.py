@@ -19,6 +19,7 @@ from spacy.util import registry
 from thinc.api import Model, concatenate
 from thinc.types import Floats2d, Floats3d
 
+from ..default_model import DEFAULT_LANG
 from .bilm_model import DEFAULT_SETTINGS, build_bilm_model, configure_bilm_model, frozen_backprop
 from .extensions import get_listener_layers
 from .mix import build_scalar_mix
@@ -119,10 +120,12 @@ def build_elmo_embedding(
     dropout: float = 0.0,
     l2: float = 0.0,
     embed: Optional[TokVecModel] = None,
+    lang: str = DEFAULT_LANG,
 ) -> TokVecModel:
     """A component's own copy of the biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
 
-    The biLM settings mean what they mean on the ``elmo`` component; the rest as in ``ElmoListener.v1``.
+    The biLM settings mean what they mean on the ``elmo`` component (``lang``: the language whose embedded
+    model is used when no files are given); the rest as in ``ElmoListener.v1``.
     """
     bilm = build_bilm_model()
     configure_bilm_model(
@@ -134,6 +137,7 @@ def build_elmo_embedding(
         max_batch_tokens=max_batch_tokens,
         max_sentence_tokens=max_sentence_tokens,
         frozen=frozen,
+        lang=lang,
     )
     return _mix_head(bilm, layer_norm, dropout, l2, embed)
 

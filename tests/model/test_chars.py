@@ -1,6 +1,6 @@
 import numpy as np
 
-from spacy_elmo.model.chars import TokenBatch, token_to_ids, tokens_to_ids
+from spacy_elmo.model.chars import TokenBatch, first_truncated, token_to_ids, tokens_to_ids
 
 PAD = 261
 
@@ -44,3 +44,10 @@ def test_token_batch_indexes_distinct_types_with_boundaries():
 def test_empty_batch_and_empty_sentence():
     assert TokenBatch([[]]).index.tolist() == [[0, 1]]
     assert TokenBatch([]).batch_size == 0
+
+
+def test_first_truncated_counts_bytes_not_characters():
+    # 48 bytes fit a 50-position token: 16 Chinese characters (3 bytes each) do, 17 do not.
+    assert first_truncated(["a" * 48, "中" * 16, "<S>"], max_chars=50) is None
+    assert first_truncated(["ok", "中" * 17, "a" * 49], max_chars=50) == "中" * 17
+    assert first_truncated(["abc"], max_chars=4) == "abc"

@@ -46,3 +46,21 @@ def test_auto_start_is_warm_for_published_models_and_zeros_for_our_own(tmp_path,
     ElmoOptions.from_dict(data).to_file(tmp_path / "options.json")
     ours = ElmoEmbedder(tmp_path / "options.json", allennlp_files[1]).embed_sentence(sentence)
     np.testing.assert_array_equal(ours, zeros)
+
+
+def test_a_token_past_the_byte_limit_warns_once_per_encoder():
+    import warnings
+
+    from spacy_elmo import TokenTruncationWarning
+
+    encoder = _encoder(0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            encoder.embed_sentences([["中" * 16, "fits"]])
+            assert not seen
+            encoder.embed_sentences([["中" * 17], ["x" * 60]])
+            encoder.embed_sentences([["y" * 70]])
+    assert [w.category for w in seen] == [TokenTruncationWarning]
+    message = str(seen[0].message)
+    assert "51 bytes" in message and "first 48 bytes" in message and "16 Chinese" in message
