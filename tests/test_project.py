@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 from spacy.lang.en import English
@@ -19,7 +20,7 @@ from thinc.api import Config
 
 from spacy_elmo.default_model import DEFAULT_MODEL_DIR
 
-from .conftest import ALLENNLP
+from .conftest import ALLENNLP, SHARED
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("ner", "tagger", "textcat")
@@ -184,14 +185,13 @@ def _elmo_vars():
     return "fixture", ["--vars.elmo_options", str(options), "--vars.elmo_weights", str(weights)]
 
 
-def test_project_run_all_on_the_sample(tmp_path):
+def _run_workflow(tmp_path: Path, workflow: str, *extra: str) -> Tuple[Path, subprocess.CompletedProcess]:
+    """``spacy project run WORKFLOW`` on a copy of the project, training capped at 2 steps."""
     project = tmp_path / "project"
     project.mkdir()
     for name in PROJECT_FILES:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, project / name)
-    which, extra = _elmo_vars()
-    print(f"ELMo weights for the workflow: {which}")
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -199,9 +199,16 @@ def test_project_run_all_on_the_sample(tmp_path):
         "SPACY_CONFIG_OVERRIDES": "--training.max_steps=2 --training.eval_frequency=2",
     }
     env.pop("WEASEL_CONFIG_OVERRIDES", None)
-    cmd = [sys.executable, "-m", "spacy", "project", "run", "all", str(project), *extra]
+    cmd = [sys.executable, "-m", "spacy", "project", "run", workflow, str(project), *extra]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"spacy project run all failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, f"spacy project run {workflow} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    return project, proc
+
+
+def test_project_run_all_on_the_sample(tmp_path):
+    which, extra = _elmo_vars()
+    print(f"ELMo weights for the workflow: {which}")
+    project, proc = _run_workflow(tmp_path, "all", *extra)
 
     for task in TASKS:
         for split in ("train", "dev", "test"):
@@ -228,3 +235,16 @@ def test_project_run_all_on_the_sample(tmp_path):
     sdists = list((project / "packages").glob("en_ner_elmo_sample-0.0.0/dist/en_ner_elmo_sample-0.0.0.tar.gz"))
     assert len(sdists) == 1, sorted(p.as_posix() for p in (project / "packages").rglob("*"))[:20]
     assert (project / "project.lock").exists()
+
+
+def test_project_weibo_workflow_trains_chinese_ner_with_the_embedded_chinese_model(tmp_path):
+    weibo = SHARED / "data" / "weibo_ner"
+    assert (weibo / "train.char.bio").exists(), f"Weibo NER missing under {weibo}"
+    project, _ = _run_workflow(tmp_path, "weibo", "--vars.weibo_dir", str(weibo))
+    config = Config().from_disk(project / "training" / "full" / "weibo" / "elmo" / "model-best" / "config.cfg")
+    assert config["nlp"]["lang"] == "zh" and "elmo" in config["nlp"]["pipeline"]
+    for kind in ("elmo", "baseline"):
+        metrics = json.loads((project / "metrics" / "full" / f"weibo-{kind}.json").read_text())
+        assert isinstance(metrics["ents_f"], float) and 0.0 <= metrics["ents_f"] <= 1.0
+    rows = json.loads((project / "metrics" / "full" / "comparison.json").read_text())
+    assert {r["run"] for r in rows} == {"weibo"}
