@@ -17,11 +17,9 @@ import numpy as np
 import torch
 
 from bench_embed import UD, read_conllu_tagged
+from untrained_bilm import write_untrained
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.default_model import default_model_files
-from spacy_elmo.model.bilm import BiLm
-from spacy_elmo.options import ElmoOptions
-from spacy_elmo.weights import save_files
 
 def layer_features(embedder: ElmoEmbedder, sentences) -> np.ndarray:
     """``(n_layers + 1, n_tokens, dim)`` for all tokens of all sentences, in order."""
@@ -72,13 +70,11 @@ def main() -> None:
     tagset = sorted({t for _, tags in train for t in tags})
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        torch.manual_seed(0)
-        untrained = BiLm(ElmoOptions.from_file(options_file))
-        save_files(untrained, Path(tmp) / "options.json", Path(tmp) / "weights.hdf5")
+        untrained = write_untrained(Path(options_file), Path(tmp))
         rows = {
             "pretrained": evaluate(ElmoEmbedder(options_file, weight_file, initial_state="zeros"), train, test, tagset),
             "untrained (same architecture, random weights)": evaluate(
-                ElmoEmbedder(Path(tmp) / "options.json", Path(tmp) / "weights.hdf5", initial_state="zeros"), train, test, tagset
+                ElmoEmbedder(*untrained, initial_state="zeros"), train, test, tagset
             ),
         }
     n_layers = len(next(iter(rows.values()))) - 1
