@@ -62,8 +62,8 @@ def main() -> None:
     print(f"preset {args.preset}: {sum(p.numel() for p in trainer.model.bilm.parameters()) / 1e6:.1f} M biLM parameters, "
           f"forward ≈ {forward / 1e6:.1f} M multiply-adds per token (char CNN counted over all positions)")
     print(f"fp32 GEMM: {gflops:.0f} GFLOP/s")
-    print(f"| preset | optimizer | bf16 | tokens/s | share of fp32 FLOP ceiling |")
-    print(f"|---|---|---|---|---|")
+    print("| preset | optimizer | bf16 | tokens/s | share of fp32 FLOP ceiling |")
+    print("|---|---|---|---|---|")
     print(f"| {args.preset} | {args.optimizer} | {args.bf16} | {rate:,.0f} | {share:.0%} |")
 
 

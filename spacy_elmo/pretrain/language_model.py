@@ -6,7 +6,7 @@ probabilities (so held-out perplexity is exact, unlike a sampled softmax's estim
 on a CPU close to that of the ``cutoffs[0]`` most frequent words. Every sentence starts from the
 zero state, the start the biLM uses at inference with ``initial_state="zeros"``.
 """
-from typing import List, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
