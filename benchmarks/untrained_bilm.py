@@ -23,7 +23,6 @@ from spacy_elmo.weights import save_files
 def write_untrained(options_file: Path, out_dir: Path, seed: int = 0) -> Tuple[Path, Path]:
     """Save a freshly initialised biLM (``torch.manual_seed(seed)``) with the options of ``options_file``."""
     torch.manual_seed(seed)
-    out_dir.mkdir(parents=True, exist_ok=True)
     files = out_dir / "options.json", out_dir / "weights.hdf5"
     save_files(BiLm(ElmoOptions.from_file(options_file)), *files)
     return files

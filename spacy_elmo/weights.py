@@ -185,6 +185,11 @@ def load_files(options_file: PathLike, weight_file: PathLike) -> BiLm:
 
 
 def save_files(model: BiLm, options_file: PathLike, weight_file: PathLike, dtype: str = "float32") -> None:
-    """Write ``options.json`` and the weights ``.hdf5``, each atomically (a crash leaves no half-written file)."""
+    """Write ``options.json`` and the weights ``.hdf5``, each atomically (a crash leaves no half-written file).
+
+    Missing folders on the way are created.
+    """
+    for path in (options_file, weight_file):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(options_file, model.options.to_file)
     atomic_write(weight_file, lambda p: write_weights(model, p, dtype=dtype))

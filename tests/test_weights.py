@@ -30,6 +30,13 @@ def test_read_write_read_is_bit_exact(tmp_path, allennlp_files):
         assert torch.equal(a, b)
 
 
+def test_save_files_creates_missing_folders(tmp_path, allennlp_files):
+    model = load_files(*allennlp_files)
+    out = tmp_path / "new" / "model"
+    save_files(model, out / "options.json", out / "weights.hdf5")
+    assert load_files(out / "options.json", out / "weights.hdf5").options == model.options
+
+
 def test_bytes_round_trip_and_float16_storage(allennlp_files):
     model = load_files(*allennlp_files)
     same = bilm_from_bytes(model.options, weights_to_bytes(model))
