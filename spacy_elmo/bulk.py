@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 import h5py
 import numpy as np
+from spacy.util import minibatch
 from tqdm import tqdm
 
 from .default_model import default_model_files
@@ -315,7 +316,7 @@ def embed_file(
         bar = tqdm(total=total, initial=shard.lines_before(out.next_line), unit="line", disable=not progress)
         lines_written = tokens_written = 0
         start = time.perf_counter()
-        for batch in _batches(read_lines(input_path, settings.jsonl, shard, out.next_line), batch_size):
+        for batch in minibatch(read_lines(input_path, settings.jsonl, shard, out.next_line), batch_size):
             tokenized = [(n, item if isinstance(item, list) else tokenize(item)) for n, item in batch]
             vectors = embed_windows(embedder, [tokens for _, tokens in tokenized], settings.max_tokens)
             out.write_batch(
@@ -341,14 +342,3 @@ def embed_windows(embedder: ElmoEmbedder, documents: Sequence[List[str]], max_to
         result.append(np.concatenate(flat[i : i + len(doc)], axis=1))
         i += len(doc)
     return result
-
-
-def _batches(items: Iterator, size: int) -> Iterator[List]:
-    batch: List = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

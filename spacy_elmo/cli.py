@@ -1,14 +1,12 @@
 """``python -m spacy_elmo``: commands in spaCy's CLI style (config file + dotted overrides)."""
-import signal
-import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
+from typing import Optional, Tuple
 
 import typer
 from spacy.cli._util import parse_config_overrides
 
 from .errors import ElmoError
+from .interrupts import sigterm_as_interrupt
 from .options import PRESET_NAMES
 
 app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs, embed a corpus, plot what was learned.", no_args_is_help=True)
@@ -114,7 +112,7 @@ def embed(
             weight_file=weight_file,
             shard=chosen,
         )
-        with _sigterm_as_interrupt():  # close the file cleanly on SIGTERM as on Ctrl-C
+        with sigterm_as_interrupt():  # close the file cleanly on SIGTERM as on Ctrl-C
             result = embed_file(input_file, output, settings, batch_size=batch_size, device=device, progress=not quiet)
     except ElmoError as err:
         typer.echo(f"✘ {err}", err=True)
@@ -126,19 +124,6 @@ def embed(
         typer.echo(f"{output} is already complete; nothing to do.")
     else:
         typer.echo(f"Done: {result.lines_written:,} lines, {result.tokens_written:,} tokens → {output}")
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while the block runs (main thread only), then restore the handler."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _parse_weights(text: Optional[str]) -> Optional[Tuple[float, ...]]:

@@ -5,8 +5,12 @@ from typing import Callable, Union
 
 
 def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
-    """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it over ``path``."""
+    """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it over ``path``.
+
+    Missing folders on the way to ``path`` are created.
+    """
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
     with open(tmp, "rb") as f:

@@ -189,7 +189,5 @@ def save_files(model: BiLm, options_file: PathLike, weight_file: PathLike, dtype
 
     Missing folders on the way are created.
     """
-    for path in (options_file, weight_file):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(options_file, model.options.to_file)
     atomic_write(weight_file, lambda p: write_weights(model, p, dtype=dtype))

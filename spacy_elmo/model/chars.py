@@ -25,9 +25,15 @@ def _boundary_ids(marker: int, max_chars: int) -> np.ndarray:
     return ids
 
 
+def utf8(token: str) -> bytes:
+    """``token`` as UTF-8. Lone surrogates (which Python strings can hold but UTF-8 cannot) are kept
+    with the ``surrogatepass`` handler, so no token ever fails to encode."""
+    return token.encode("utf-8", "surrogatepass")
+
+
 def n_bytes(token: str) -> int:
     """Length of ``token`` in UTF-8 bytes, the unit of the model's token length limit."""
-    return len(token.encode("utf-8", "surrogatepass"))
+    return len(utf8(token))
 
 
 def first_truncated(tokens: Iterable[str], max_chars: int) -> Optional[str]:
@@ -44,12 +50,8 @@ def first_truncated(tokens: Iterable[str], max_chars: int) -> Optional[str]:
 
 
 def token_bytes(token: str, max_chars: int = 50) -> bytes:
-    """The bytes of ``token`` the model sees: UTF-8, cut to ``max_chars - 2`` bytes.
-
-    Lone surrogates (which Python strings can hold but UTF-8 cannot) are kept with the
-    ``surrogatepass`` handler, so no token ever fails to encode.
-    """
-    return token.encode("utf-8", "surrogatepass")[: max_chars - 2]
+    """The bytes of ``token`` the model sees: :func:`utf8`, cut to ``max_chars - 2`` bytes."""
+    return utf8(token)[: max_chars - 2]
 
 
 def token_to_ids(token: str, max_chars: int = 50) -> np.ndarray:

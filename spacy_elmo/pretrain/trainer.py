@@ -9,8 +9,6 @@ continues exactly as an uninterrupted run would.
 import json
 import math
 import os
-import signal
-import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -22,6 +20,7 @@ from confection import Config
 from tqdm import tqdm
 
 from ..files import atomic_write
+from ..interrupts import sigterm_as_interrupt
 from ..model.encoder import length_batches
 from ..weights import save_files
 from .config import PretrainConfig
@@ -30,10 +29,6 @@ from .language_model import BiLanguageModel
 from .vocab import Vocab, count_sentences
 
 CHECKPOINT = "checkpoint.pt"
-
-
-class _Interrupted(KeyboardInterrupt):
-    """Raised from the SIGTERM handler so the loop can save a checkpoint before exiting."""
 
 
 def _distributed() -> tuple:
@@ -216,41 +211,38 @@ class Trainer:
         self.model.train()
         if self.step == 0:
             self._evaluate()
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted) if _main_thread() else None
         bar = tqdm(total=training.max_steps, initial=self.step, disable=not progress or self.rank != 0, unit="step")
         window_loss, window_steps, window_start, window_tokens = 0.0, 0, time.perf_counter(), self.tokens_seen
         last_eval: Optional[Dict[str, float]] = None
-        try:
-            while self.step < training.max_steps:
-                start = time.perf_counter()
-                window_loss += self.train_step()
-                window_steps += 1
-                self.elapsed += time.perf_counter() - start
-                bar.update(1)
-                if self.step % training.log_every == 0:
-                    seconds = time.perf_counter() - window_start
-                    record = {
-                        "step": self.step,
-                        "tokens_seen": self.tokens_seen,
-                        "loss": window_loss / window_steps,
-                        "train_ppl": math.exp(min(50.0, window_loss / window_steps)),
-                        "tokens_per_s": (self.tokens_seen - window_tokens) / max(seconds, 1e-9),
-                        "elapsed_s": self.elapsed,
-                    }
-                    self._log(record)
-                    bar.set_postfix(loss=f"{record['loss']:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}")
-                    window_loss, window_steps, window_start, window_tokens = 0.0, 0, time.perf_counter(), self.tokens_seen
-                if self.step % training.eval_every == 0:
-                    last_eval = self._evaluate() or last_eval
-                if self.step % training.checkpoint_every == 0:
-                    self.save_checkpoint()
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via _Interrupted
-            bar.close()
-            self.save_checkpoint()
-            raise
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+        with sigterm_as_interrupt():
+            try:
+                while self.step < training.max_steps:
+                    start = time.perf_counter()
+                    window_loss += self.train_step()
+                    window_steps += 1
+                    self.elapsed += time.perf_counter() - start
+                    bar.update(1)
+                    if self.step % training.log_every == 0:
+                        seconds = time.perf_counter() - window_start
+                        record = {
+                            "step": self.step,
+                            "tokens_seen": self.tokens_seen,
+                            "loss": window_loss / window_steps,
+                            "train_ppl": math.exp(min(50.0, window_loss / window_steps)),
+                            "tokens_per_s": (self.tokens_seen - window_tokens) / max(seconds, 1e-9),
+                            "elapsed_s": self.elapsed,
+                        }
+                        self._log(record)
+                        bar.set_postfix(loss=f"{record['loss']:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}")
+                        window_loss, window_steps, window_start, window_tokens = 0.0, 0, time.perf_counter(), self.tokens_seen
+                    if self.step % training.eval_every == 0:
+                        last_eval = self._evaluate() or last_eval
+                    if self.step % training.checkpoint_every == 0:
+                        self.save_checkpoint()
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (sigterm_as_interrupt)
+                bar.close()
+                self.save_checkpoint()
+                raise
         bar.close()
         if self.step % training.eval_every != 0:
             last_eval = self._evaluate() or last_eval
@@ -265,11 +257,3 @@ def _optimizer(model: torch.nn.Module, training) -> torch.optim.Optimizer:
     if training.optimizer == "adam":
         return torch.optim.Adam(params, lr=training.learn_rate)
     return torch.optim.SGD(params, lr=training.learn_rate)
-
-
-def _raise_interrupted(signum, frame):
-    raise _Interrupted()
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
