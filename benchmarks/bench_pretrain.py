@@ -34,7 +34,6 @@ def main() -> None:
     config = default_config(args.preset)
     config["paths"].update(train=str(GUTENBERG / "train-00-of-08.txt.gz"), dev=None)
     config["vocab"]["max_lines"] = 100_000
-    config["corpus"]["shuffle_buffer"] = 5000
     config["training"].update(
         max_steps=10**9, threads=args.threads, optimizer=args.optimizer, bf16=args.bf16,
         learn_rate=0.001 if args.optimizer == "adam" else 0.2, checkpoint_every=10**9, eval_every=10**9,

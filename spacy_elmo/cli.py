@@ -66,6 +66,9 @@ def pretrain(
         raise typer.Exit(1)
     try:
         result = Trainer(config, raw, output_dir).run(progress=not quiet)
+    except ElmoError as err:
+        typer.echo(f"✘ {err}", err=True)
+        raise typer.Exit(1)
     except KeyboardInterrupt:
         typer.echo(f"Interrupted: checkpoint saved in {output_dir}; run the same command to resume.", err=True)
         raise typer.Exit(130)

@@ -2,7 +2,7 @@
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 
 @contextmanager
@@ -19,3 +19,38 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class StopRequest:
+    """Set by :func:`stop_on_signal` when Ctrl-C or SIGTERM arrives; the job polls ``requested``."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+
+@contextmanager
+def stop_on_signal() -> Iterator[StopRequest]:
+    """Turn the first SIGINT or SIGTERM into a polled request (main thread only); a second one interrupts at once.
+
+    Jobs whose processes must stop together (ranks of a distributed run inside a collective
+    operation) cannot be interrupted mid-step: each polls the request between steps, the ranks
+    agree on it, and all save and stop at the same step.
+    """
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(signum: int, frame: Optional[object]) -> None:
+        if request.requested:
+            raise KeyboardInterrupt
+        request.requested = True
+
+    for sig in previous:
+        signal.signal(sig, handle)
+    try:
+        yield request
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -44,7 +44,6 @@ class CorpusSection(_Section):
     train: Optional[str] = None
     dev: Optional[str] = None
     max_sentence_tokens: int = 100
-    shuffle_buffer: int = 20000
     dev_max_sentences: int = 2000
 
 

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import time
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -19,8 +20,9 @@ import torch.distributed as dist
 from confection import Config
 from tqdm import tqdm
 
+from ..errors import ElmoError
 from ..files import atomic_write
-from ..interrupts import sigterm_as_interrupt
+from ..interrupts import stop_on_signal
 from ..model.encoder import length_batches
 from ..weights import save_files
 from .config import PretrainConfig
@@ -81,6 +83,42 @@ def evaluate(model: BiLanguageModel, sentences: Sequence[Sequence[str]], batch_t
     return {"forward_ppl": fw_ppl, "backward_ppl": bw_ppl, "average_ppl": math.exp((fw + bw) / (2 * count))}
 
 
+# Settings a resumed run may change: how long it runs and how it reports, not what it computes.
+RESUMABLE_CHANGES = frozenset(
+    {"training.max_steps", "training.threads", "training.log_every", "training.eval_every", "training.checkpoint_every"}
+)
+
+
+class ResumeError(ElmoError, ValueError):
+    """A run would resume from a checkpoint made with other settings."""
+
+
+def _flatten(section: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    flat: Dict[str, Any] = {}
+    for key, value in section.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def check_resumable(saved_path: Path, config: Config) -> None:
+    """Refuse to resume a run whose saved config differs from ``config`` in anything but RESUMABLE_CHANGES."""
+    if not saved_path.exists():
+        return
+    saved = _flatten(Config().from_disk(saved_path).interpolate())
+    new = _flatten(config)
+    differ = sorted(k for k in saved.keys() | new.keys() if saved.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+    if differ:
+        details = "; ".join(f"{k}: {saved.get(k)!r} in the run, {new.get(k)!r} now" for k in differ)
+        raise ResumeError(
+            f"{saved_path.parent} holds a run made with other settings ({details}). Nothing was changed: resume with "
+            f"the run's own settings, or give a new output directory. Only {', '.join(sorted(RESUMABLE_CHANGES))} "
+            "may change on resume."
+        )
+
+
 class Trainer:
     """Holds everything of one pretraining run; :meth:`run` trains until ``max_steps``."""
 
@@ -91,27 +129,17 @@ class Trainer:
         self.device = _device(self.rank)
         if config.training.threads > 0:
             torch.set_num_threads(config.training.threads)
-        if self.rank == 0:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            raw_config.to_disk(self.output_dir / "config.cfg")
-        _barrier()
+        resuming = (self.output_dir / CHECKPOINT).exists()
+        if resuming:
+            check_resumable(self.output_dir / "config.cfg", raw_config)
+        # Everything that can fail on the user's input fails here, before anything is written.
         tokenize = make_tokenizer(config.nlp.lang)
-        self.vocab = _build_vocab(config, self.output_dir, tokenize, self.rank)
         training = config.training
-        torch.manual_seed(training.seed)
-        self.model = BiLanguageModel(
-            config.options(), self.vocab, config.objective.cutoffs, config.objective.div_value, training.dropout
-        ).to(self.device)
-        self.ddp: torch.nn.Module = self.model
-        if self.world > 1:
-            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
-        self.optimizer = _optimizer(self.model, training)
         self.stream = SentenceStream(
             resolve_files(config.corpus.train),
             tokenize,
             batch_tokens=training.batch_tokens,
             max_sentence_tokens=config.corpus.max_sentence_tokens,
-            shuffle_buffer=config.corpus.shuffle_buffer,
             seed=training.seed + 1,
             rank=self.rank,
             world_size=self.world,
@@ -121,10 +149,23 @@ class Trainer:
             self.dev = read_sentences(
                 config.corpus.dev, tokenize, config.corpus.max_sentence_tokens, config.corpus.dev_max_sentences
             )
+        if self.rank == 0:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.output_dir / "config.cfg", raw_config.to_disk)
+        _barrier()
+        self.vocab = _build_vocab(config, self.output_dir, tokenize, self.rank)
+        torch.manual_seed(training.seed)
+        self.model = BiLanguageModel(
+            config.options(), self.vocab, config.objective.cutoffs, config.objective.div_value, training.dropout
+        ).to(self.device)
+        self.ddp: torch.nn.Module = self.model
+        if self.world > 1:
+            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+        self.optimizer = _optimizer(self.model, training)
         self.step = 0
         self.tokens_seen = 0
         self.elapsed = 0.0
-        if (self.output_dir / CHECKPOINT).exists():
+        if resuming:
             self._load_checkpoint()
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -149,6 +190,7 @@ class Trainer:
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
                 "streams": json.dumps(streams),
                 "world_size": self.world,
             }
@@ -171,7 +213,16 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"].cpu())
-        self.stream.load_state_dict(json.loads(state["streams"])[self.rank])
+        if self.device.type == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
+        stream_state = json.loads(state["streams"])[self.rank]
+        if stream_state.get("version") == SentenceStream.STATE_VERSION:
+            self.stream.load_state_dict(stream_state)
+        else:
+            warnings.warn(
+                f"{path} holds its data position in an older spacy-elmo's form: the model and optimizer resume, "
+                "the training text starts a new shuffled epoch"
+            )
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
 
     # -- training ----------------------------------------------------------------------------
@@ -205,49 +256,81 @@ class Trainer:
         self.tokens_seen += sum(len(s) + 1 for s in batch) * self.world
         return loss.mean.item()
 
+    def _stop_agreed(self, requested: bool) -> bool:
+        """Whether any rank was asked to stop; every rank gets the same answer at the same step."""
+        if not dist.is_initialized():
+            return requested
+        flag = torch.tensor([float(requested)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
     def run(self, progress: bool = True) -> Dict[str, Any]:
-        """Train to ``max_steps``, evaluating, logging and checkpointing on the way; resumable."""
+        """Train to ``max_steps``, evaluating, logging and checkpointing on the way; resumable.
+
+        Ctrl-C or SIGTERM (on any one rank) stops every rank after the current step with a
+        checkpoint written, then raises KeyboardInterrupt.
+        """
         training = self.config.training
         self.model.train()
         if self.step == 0:
             self._evaluate()
         bar = tqdm(total=training.max_steps, initial=self.step, disable=not progress or self.rank != 0, unit="step")
-        window_loss, window_steps, window_start, window_tokens = 0.0, 0, time.perf_counter(), self.tokens_seen
+        window = _Window(self.tokens_seen)
         last_eval: Optional[Dict[str, float]] = None
-        with sigterm_as_interrupt():
-            try:
-                while self.step < training.max_steps:
-                    start = time.perf_counter()
-                    window_loss += self.train_step()
-                    window_steps += 1
-                    self.elapsed += time.perf_counter() - start
-                    bar.update(1)
-                    if self.step % training.log_every == 0:
-                        seconds = time.perf_counter() - window_start
-                        record = {
-                            "step": self.step,
-                            "tokens_seen": self.tokens_seen,
-                            "loss": window_loss / window_steps,
-                            "train_ppl": math.exp(min(50.0, window_loss / window_steps)),
-                            "tokens_per_s": (self.tokens_seen - window_tokens) / max(seconds, 1e-9),
-                            "elapsed_s": self.elapsed,
-                        }
-                        self._log(record)
-                        bar.set_postfix(loss=f"{record['loss']:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}")
-                        window_loss, window_steps, window_start, window_tokens = 0.0, 0, time.perf_counter(), self.tokens_seen
-                    if self.step % training.eval_every == 0:
-                        last_eval = self._evaluate() or last_eval
-                    if self.step % training.checkpoint_every == 0:
-                        self.save_checkpoint()
-            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (sigterm_as_interrupt)
-                bar.close()
-                self.save_checkpoint()
-                raise
+        with stop_on_signal() as stop:
+            while self.step < training.max_steps:
+                start = time.perf_counter()
+                window.add(self.train_step())
+                self.elapsed += time.perf_counter() - start
+                bar.update(1)
+                if self.step % training.log_every == 0:
+                    record = self._log_window(window)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}")
+                    window = _Window(self.tokens_seen)
+                if self.step % training.eval_every == 0:
+                    last_eval = self._evaluate() or last_eval
+                if self._stop_agreed(stop.requested):
+                    bar.close()
+                    self._log_window(window)
+                    self.save_checkpoint()
+                    raise KeyboardInterrupt
+                if self.step % training.checkpoint_every == 0:
+                    self.save_checkpoint()
         bar.close()
+        self._log_window(window)
         if self.step % training.eval_every != 0:
             last_eval = self._evaluate() or last_eval
         self.save_checkpoint()
         return {"step": self.step, "tokens_seen": self.tokens_seen, "eval": last_eval}
+
+    def _log_window(self, window: "_Window") -> Dict[str, Any]:
+        """Log the steps since the last record (none if there are none) and return the record."""
+        record = window.record(self.step, self.tokens_seen, self.elapsed)
+        if window.steps:
+            self._log(record)
+        return record
+
+
+class _Window:
+    """Training loss and speed over the steps since the last log record."""
+
+    def __init__(self, tokens_seen: int):
+        self.loss, self.steps, self.start, self.tokens_at_start = 0.0, 0, time.perf_counter(), tokens_seen
+
+    def add(self, loss: float) -> None:
+        self.loss += loss
+        self.steps += 1
+
+    def record(self, step: int, tokens_seen: int, elapsed: float) -> Dict[str, Any]:
+        mean = self.loss / max(self.steps, 1)
+        return {
+            "step": step,
+            "tokens_seen": tokens_seen,
+            "loss": mean,
+            "train_ppl": math.exp(min(50.0, mean)),
+            "tokens_per_s": (tokens_seen - self.tokens_at_start) / max(time.perf_counter() - self.start, 1e-9),
+            "elapsed_s": elapsed,
+        }
 
 
 def _optimizer(model: torch.nn.Module, training) -> torch.optim.Optimizer:

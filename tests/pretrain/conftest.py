@@ -16,7 +16,7 @@ def tiny_config(max_steps: int, **training) -> Config:
     config["paths"]["train"] = str(TRAIN_TEXT)
     config["paths"]["dev"] = str(TRAIN_TEXT)
     config["model"].update(lstm_dim=64, projection_dim=16, filters=[[1, 8], [2, 8], [3, 16]], char_embedding_dim=8)
-    config["corpus"].update(shuffle_buffer=8, max_sentence_tokens=40)
+    config["corpus"].update(max_sentence_tokens=40)
     config["training"].update(
         max_steps=max_steps, batch_tokens=120, eval_every=1000, checkpoint_every=5, log_every=5, threads=1,
         learn_rate=0.2, seed=3,

@@ -1,6 +1,8 @@
 import gzip
 
-from spacy_elmo.pretrain.data import SentenceStream, read_sentences, resolve_files
+import pytest
+
+from spacy_elmo.pretrain.data import CorpusError, SentenceStream, read_sentences, resolve_files
 from spacy_elmo.pretrain.vocab import Vocab
 
 
@@ -20,17 +22,17 @@ def test_ranks_split_an_epoch_into_disjoint_halves(tmp_path):
     files = _corpus(tmp_path)
     seen = []
     for rank in (0, 1):
-        stream = SentenceStream(files, str.split, batch_tokens=25, shuffle_buffer=1, seed=0, rank=rank, world_size=2, pool_batches=1)
+        stream = SentenceStream(files, str.split, batch_tokens=25, seed=0, rank=rank, world_size=2, pool_batches=1)
         seen.append(set(_first_token_ids(stream, 4)))  # 4 batches x 5 sentences = 20 lines = one epoch per rank
     assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(40))
 
 
 def test_stream_state_resumes_exactly(tmp_path):
     files = _corpus(tmp_path)
-    a = SentenceStream(files, str.split, batch_tokens=12, shuffle_buffer=6, seed=5, pool_batches=3)
+    a = SentenceStream(files, str.split, batch_tokens=12, seed=5, pool_batches=3)
     for _ in range(7):
         a.next_batch()
-    b = SentenceStream(files, str.split, batch_tokens=12, shuffle_buffer=6, seed=5, pool_batches=3)
+    b = SentenceStream(files, str.split, batch_tokens=12, seed=5, pool_batches=3)
     b.load_state_dict(a.state_dict())
     assert [a.next_batch() for _ in range(25)] == [b.next_batch() for _ in range(25)]
 
@@ -38,7 +40,7 @@ def test_stream_state_resumes_exactly(tmp_path):
 def test_batches_group_similar_lengths(tmp_path):
     path = tmp_path / "c.txt"
     path.write_text("".join(("x " * (1 + i % 9)).strip() + "\n" for i in range(90)))
-    stream = SentenceStream(resolve_files(str(path)), str.split, batch_tokens=20, shuffle_buffer=30, seed=0, pool_batches=10)
+    stream = SentenceStream(resolve_files(str(path)), str.split, batch_tokens=20, seed=0, pool_batches=10)
     spreads = [max(map(len, b)) - min(map(len, b)) for b in (stream.next_batch() for _ in range(8))]
     assert sum(spreads) / len(spreads) <= 2
 
@@ -56,3 +58,30 @@ def test_vocab_is_specials_then_by_frequency(tmp_path):
     assert vocab.encode(["a", "zzz"]) == [4, 2]
     vocab.to_file(tmp_path / "v.txt")
     assert Vocab.from_file(tmp_path / "v.txt").words == vocab.words
+
+
+def test_every_batch_mixes_the_files(tmp_path):
+    # Two "books" of 200 lines each: a stream that reads files one after another serves batches of one book.
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.txt").write_text("".join(f"{name} {i}\n" for i in range(200)))
+    stream = SentenceStream(resolve_files(str(tmp_path)), str.split, batch_tokens=40, seed=1, pool_batches=2)
+    for _ in range(10):
+        books = [s[0] for s in stream.next_batch()]
+        assert 4 <= books.count("a") <= 16, books
+
+
+def test_an_epoch_reads_every_line_once(tmp_path):
+    files = _corpus(tmp_path)
+    stream = SentenceStream(files, str.split, batch_tokens=5, seed=2, pool_batches=1)
+    assert sorted(int(s[1]) for _ in range(40) for s in stream.next_batch()) == list(range(40))
+
+
+def test_text_without_lines_is_refused_before_any_batch(tmp_path):
+    (tmp_path / "blank.txt").write_text("\n   \n\t\n")
+    with pytest.raises(CorpusError, match="hold no text"):
+        SentenceStream(resolve_files(str(tmp_path)), str.split, batch_tokens=5)
+    (tmp_path / "blank.txt").write_text("one line\n")
+    with pytest.raises(CorpusError, match="fewer than the 2 training processes"):
+        SentenceStream(resolve_files(str(tmp_path)), str.split, batch_tokens=5, rank=1, world_size=2)
+    with pytest.raises(CorpusError, match="No text files found"):
+        resolve_files(str(tmp_path / "missing*.txt"))

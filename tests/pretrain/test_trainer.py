@@ -3,12 +3,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.pretrain.config import load_config
-from spacy_elmo.pretrain.trainer import Trainer
+from spacy_elmo.pretrain.trainer import ResumeError, Trainer
 from tests.pretrain.conftest import tiny_config
 
 
@@ -82,3 +83,27 @@ def _repo_root():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[2]
+
+
+def test_resume_with_other_settings_names_them_and_changes_nothing(tmp_path):
+    _trainer(tmp_path, 5).run(progress=False)
+    saved = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ResumeError, match=r"training.learn_rate: 0.2 in the run, 0.5 now") as err:
+        _trainer(tmp_path, 10, learn_rate=0.5)
+    assert "training.max_steps:" not in str(err.value)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == saved
+    assert _trainer(tmp_path, 10, log_every=2).step == 5  # run length and reporting may change
+
+
+def test_a_short_run_logs_its_steps(tmp_path):
+    _trainer(tmp_path, 3, log_every=50).run(progress=False)
+    assert [(r["step"], r["tokens_seen"] > 0) for r in _log(tmp_path)] == [(3, True)]
+
+
+def test_pretrain_command_refuses_a_missing_corpus_without_writing(tmp_path, write_config):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "spacy_elmo", "pretrain", str(write_config(5)), str(out), "--quiet"]
+    done = subprocess.run(command + ["--paths.train", str(tmp_path / "nowhere.txt")], capture_output=True, text=True, cwd=_repo_root())
+    assert done.returncode == 1
+    assert "No text files found" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()

@@ -83,3 +83,30 @@ def test_sigkill_while_writing_checkpoints_then_resume(tmp_path):
     resumed = torch.load(out / CHECKPOINT, weights_only=True)["model"]
     for name, tensor in straight.model.state_dict().items():
         assert torch.equal(tensor, resumed[name]), name
+
+
+def _children(pid: int) -> list:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_sigterm_to_one_rank_stops_both_with_a_checkpoint(tmp_path):
+    config = tmp_path / "pretrain.cfg"
+    tiny_config(10_000, checkpoint_every=1000, log_every=1000, eval_every=1000).to_disk(config)
+    out = tmp_path / "out"
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29583"]
+    command = launch + ["-m", "spacy_elmo", "pretrain", str(config), str(out), "--quiet"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(process, lambda: (out / "vocab.txt").exists() and len(_children(process.pid)) == 2)
+    time.sleep(3.0)  # some steps into training
+    ranks = _children(process.pid)
+    subprocess.run(["kill", "-TERM", str(ranks[1])], check=True)  # one rank only, as a scheduler might
+    try:
+        process.wait(timeout=120)  # the other rank must not wait forever in a collective
+    finally:
+        process.kill()
+    state = torch.load(out / CHECKPOINT, weights_only=True)
+    assert state["step"] > 0 and state["world_size"] == 2
+    assert "Interrupted: checkpoint saved" in process.stderr.read()
+    resumed = subprocess.run(command + ["--training.max_steps", str(state["step"] + 2)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == state["step"] + 2
