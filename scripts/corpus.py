@@ -199,6 +199,24 @@ def convert_cli(
     write_splits(fmt, (train, dev, test), output_dir, percent, seed)
 
 
+def doc_lines(docs: Iterable[Doc]) -> List[str]:
+    """One line of text per Doc, its tokens separated as in the Doc (pretraining's input format)."""
+    return [" ".join(doc.text.split()) for doc in docs if doc.text.strip()]
+
+
+@app.command("text")
+def text_cli(
+    corpus_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="a .spacy file (use a training split only)"),
+    output_file: Path = typer.Argument(..., dir_okay=False, help="text file to write, one sentence per line"),
+) -> None:
+    """Write the text of a .spacy corpus, one Doc per line: the input of biLM adaptation (`pretrain`)."""
+    docs = DocBin().from_disk(corpus_file).get_docs(English().vocab)
+    lines = doc_lines(docs)
+    output_file.parent.mkdir(parents=True, exist_ok=True)
+    output_file.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    typer.echo(f"✔ {output_file}: {len(lines)} lines (from {corpus_file})")
+
+
 @app.command("sample")
 def sample_cli(
     sample_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="the bundled sample (assets/sample)"),

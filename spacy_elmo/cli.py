@@ -58,7 +58,7 @@ def pretrain(
     from .pretrain.config import load_config
     from .pretrain.trainer import Trainer
 
-    overrides = parse_config_overrides(ctx.args)
+    overrides = parse_config_overrides(ctx.args, env_var=None)  # spaCy's SPACY_CONFIG_OVERRIDES are for its training configs
     try:
         config, raw = load_config(config_path, overrides)
     except ElmoError as err:

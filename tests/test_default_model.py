@@ -1,5 +1,8 @@
 """The English model shipped in the package (MODEL_CARD.md)."""
+from pathlib import Path
+
 import numpy as np
+import torch
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.default_model import default_model_files
@@ -53,3 +56,13 @@ def test_a_language_without_embedded_model_warns_and_uses_english():
     with pytest.warns(UserWarning, match="no ELMo model for language 'de'"):
         files = default_model_files("de")
     assert files == default_model_files("en")
+
+
+def test_embedded_weights_are_their_committed_pretraining_run():
+    """`pretrain_runs/<name>` (resumption, adaptation) must hold the run whose weights the package ships."""
+    root = Path(__file__).resolve().parents[1] / "pretrain_runs"
+    for lang, name in (("en", "en_gutenberg_tiny"), ("zh", "zh_classics_tiny")):
+        shipped = ElmoEmbedder(lang=lang).encoder.bilm.state_dict()
+        run = torch.load(root / name / "checkpoint.pt", weights_only=True)["model"]
+        for key, tensor in shipped.items():
+            assert torch.equal(run[f"bilm.{key}"].half().float(), tensor.float()), (name, key)

@@ -248,3 +248,17 @@ def test_project_weibo_workflow_trains_chinese_ner_with_the_embedded_chinese_mod
         assert isinstance(metrics["ents_f"], float) and 0.0 <= metrics["ents_f"] <= 1.0
     rows = json.loads((project / "metrics" / "full" / "comparison.json").read_text())
     assert {r["run"] for r in rows} == {"weibo"}
+
+
+def test_project_sample_adapt_workflow_fine_tunes_the_embedded_bilm_on_training_text(tmp_path):
+    run = ROOT / "pretrain_runs" / "en_gutenberg_tiny"
+    project, _ = _run_workflow(tmp_path, "sample-adapt", "--vars.adapt_from", str(run), "--vars.adapt_steps", "6")
+    train_text = (project / "corpus" / "sample" / "ner" / "train.txt").read_text(encoding="utf-8").splitlines()
+    assert len(train_text) == len(_docs(project / "corpus" / "sample" / "ner" / "train.spacy"))
+    log = [json.loads(line) for line in (project / "training" / "sample" / "ner" / "bilm" / "log.jsonl").read_text().splitlines()]
+    evals = [r for r in log if r.get("event") == "eval"]
+    assert [r["step"] for r in evals] == [0, 6]
+    adapted = Config().from_disk(project / "training" / "sample" / "ner" / "adapted" / "model-best" / "config.cfg")
+    assert adapted["components"]["elmo"]["weight_file"].endswith("training/sample/ner/bilm/weights.hdf5")
+    metrics = json.loads((project / "metrics" / "sample" / "ner-adapted.json").read_text())
+    assert 0.0 <= metrics["ents_f"] <= 1.0

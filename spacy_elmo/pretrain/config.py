@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from confection import Config
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator, model_validator
 
 from ..errors import ElmoError
 from ..model.encoder import TRAINING_START_KEY
@@ -57,6 +57,27 @@ class ObjectiveSection(_Section):
     div_value: float = 4.0
 
 
+class InitializeSection(_Section):
+    """Where a run's weights start (domain adaptation, paper section 3.4), instead of at random.
+
+    ``run``: a pretraining output directory; its biLM, vocabulary and softmax continue on the new text.
+    ``options_file`` + ``weight_file``: ELMo files (AllenNLP, bilm-tf or this package); the biLM continues,
+    the vocabulary is built from the new text and the softmax starts fresh.
+    """
+
+    run: Optional[str] = None
+    options_file: Optional[str] = None
+    weight_file: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "InitializeSection":
+        if (self.options_file is None) != (self.weight_file is None):
+            raise ValueError("give both options_file and weight_file, or neither")
+        if self.run is not None and self.options_file is not None:
+            raise ValueError("give run, or options_file and weight_file, not both")
+        return self
+
+
 class TrainingSection(_Section):
     seed: int = 0
     batch_tokens: int = 1280
@@ -88,6 +109,7 @@ class PretrainConfig(_Section):
     vocab: VocabSection = VocabSection()
     objective: ObjectiveSection = ObjectiveSection()
     training: TrainingSection = TrainingSection()
+    initialize: InitializeSection = InitializeSection()
 
     def options(self) -> ElmoOptions:
         """The biLM options the trained model will be written with."""
@@ -117,6 +139,7 @@ def default_config(preset_name: str = "tiny") -> Config:
             "vocab": VocabSection().model_dump(),
             "objective": ObjectiveSection().model_dump(),
             "training": defaults,
+            "initialize": InitializeSection().model_dump(),
         }
     )
 

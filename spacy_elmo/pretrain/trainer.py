@@ -9,11 +9,13 @@ continues exactly as an uninterrupted run would.
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 from contextlib import nullcontext
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -24,7 +26,8 @@ from ..errors import ElmoError
 from ..files import atomic_write
 from ..interrupts import stop_on_signal
 from ..model.encoder import length_batches
-from ..weights import save_files
+from ..options import ElmoOptions
+from ..weights import load_files, save_files
 from .config import PretrainConfig
 from .data import SentenceStream, make_tokenizer, read_sentences, resolve_files
 from .language_model import BiLanguageModel
@@ -57,13 +60,56 @@ def _barrier() -> None:
 
 
 def _build_vocab(config: PretrainConfig, output_dir: Path, tokenize, rank: int) -> Vocab:
+    """The run's vocabulary: kept from the run it starts from (``[initialize] run``), else the training text's."""
     path = output_dir / "vocab.txt"
     if rank == 0 and not path.exists():
-        files = resolve_files(config.corpus.train)
-        sentences = count_sentences(files, tokenize, config.corpus.max_sentence_tokens, config.vocab.max_lines)
-        Vocab.build(sentences, config.vocab.size).to_file(path)
+        if config.initialize.run is not None:
+            shutil.copyfile(Path(config.initialize.run) / "vocab.txt", path)
+        else:
+            files = resolve_files(config.corpus.train)
+            sentences = count_sentences(files, tokenize, config.corpus.max_sentence_tokens, config.vocab.max_lines)
+            Vocab.build(sentences, config.vocab.size).to_file(path)
     _barrier()
     return Vocab.from_file(path)
+
+
+class InitializeError(ElmoError, ValueError):
+    """The biLM a run should start from is missing or has another architecture."""
+
+
+class InitialWeights(NamedTuple):
+    """Weights a new run starts from: the whole language model (biLM and softmax) or the biLM alone."""
+
+    model: Optional[Dict[str, torch.Tensor]] = None
+    bilm: Optional[Dict[str, torch.Tensor]] = None
+
+
+def read_initial_weights(config: PretrainConfig) -> InitialWeights:
+    """Read what ``[initialize]`` names, checking that its architecture is the config's ``[model]``."""
+    init = config.initialize
+    if init.run is None and init.options_file is None:
+        return InitialWeights()
+    try:
+        if init.run is not None:
+            run = Path(init.run)
+            missing = [name for name in ("options.json", "vocab.txt", CHECKPOINT) if not (run / name).exists()]
+            if missing:
+                raise InitializeError(f"[initialize] run = {run} is not a pretraining output directory: no {', '.join(missing)}")
+            options, source = ElmoOptions.from_file(run / "options.json"), str(run)
+            weights = InitialWeights(model=torch.load(run / CHECKPOINT, map_location="cpu", weights_only=True)["model"])
+        else:
+            bilm = load_files(init.options_file, init.weight_file)
+            options, source = bilm.options, str(init.options_file)
+            weights = InitialWeights(bilm=bilm.state_dict())
+    except (OSError, ElmoError) as err:
+        raise InitializeError(f"Cannot start from the [initialize] biLM: {err}") from None
+    wanted = config.options()
+    differ = [f.name for f in fields(ElmoOptions) if f.name not in ("extra", "n_characters")
+              and getattr(options, f.name) != getattr(wanted, f.name)]
+    if differ:
+        details = "; ".join(f"{k}: {getattr(options, k)!r} there, {getattr(wanted, k)!r} in [model]" for k in differ)
+        raise InitializeError(f"The biLM in {source} has another architecture than [model] ({details}): make [model] match it")
+    return weights
 
 
 def evaluate(model: BiLanguageModel, sentences: Sequence[Sequence[str]], batch_tokens: int) -> Dict[str, float]:
@@ -149,6 +195,7 @@ class Trainer:
             self.dev = read_sentences(
                 config.corpus.dev, tokenize, config.corpus.max_sentence_tokens, config.corpus.dev_max_sentences
             )
+        initial = InitialWeights() if resuming else read_initial_weights(config)
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             atomic_write(self.output_dir / "config.cfg", raw_config.to_disk)
@@ -161,6 +208,10 @@ class Trainer:
         self.ddp: torch.nn.Module = self.model
         if self.world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+        if initial.model is not None:
+            self.model.load_state_dict(initial.model)
+        if initial.bilm is not None:
+            self.model.bilm.load_state_dict(initial.bilm)
         self.optimizer = _optimizer(self.model, training)
         self.step = 0
         self.tokens_seen = 0

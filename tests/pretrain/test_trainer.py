@@ -9,7 +9,7 @@ import torch
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.pretrain.config import load_config
-from spacy_elmo.pretrain.trainer import ResumeError, Trainer
+from spacy_elmo.pretrain.trainer import InitializeError, ResumeError, Trainer
 from tests.pretrain.conftest import tiny_config
 
 
@@ -107,3 +107,49 @@ def test_pretrain_command_refuses_a_missing_corpus_without_writing(tmp_path, wri
     assert done.returncode == 1
     assert "No text files found" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()
+
+
+def _adapt_config(out, max_steps, text, **initialize):
+    config = tiny_config(max_steps, eval_every=max_steps)
+    config["paths"].update(train=str(text), dev=str(text))
+    config["initialize"].update(initialize)
+    return load_config(config)
+
+
+def test_adapting_a_run_to_new_text_keeps_its_vocabulary_and_lowers_perplexity_there(tmp_path):
+    _trainer(tmp_path / "source", 30).run(progress=False)
+    text = tmp_path / "domain.txt"
+    text.write_text("The patient was given aspirin .\nThe aspirin helped the patient .\nNo patient was harmed .\n")
+    typed, raw = _adapt_config(tmp_path, 20, text, run=str(tmp_path / "source"))
+    adapted = Trainer(typed, raw, tmp_path / "adapted")
+    source = torch.load(tmp_path / "source" / "checkpoint.pt", weights_only=True)["model"]
+    for name, tensor in adapted.model.state_dict().items():
+        assert torch.equal(tensor, source[name]), name
+    assert (tmp_path / "adapted" / "vocab.txt").read_text() == (tmp_path / "source" / "vocab.txt").read_text()
+    adapted.run(progress=False)
+    before, after = _evals(tmp_path / "adapted")[0], _evals(tmp_path / "adapted")[-1]
+    assert after["average_ppl"] < before["average_ppl"] / 2
+
+
+def test_adapting_elmo_files_builds_a_new_vocabulary(tmp_path):
+    _trainer(tmp_path / "source", 5).run(progress=False)
+    text = tmp_path / "domain.txt"
+    text.write_text("zebra quokka zebra\nquokka zebra\n")
+    files = dict(options_file=str(tmp_path / "source" / "options.json"), weight_file=str(tmp_path / "source" / "weights.hdf5"))
+    typed, raw = _adapt_config(tmp_path, 2, text, **files)
+    adapted = Trainer(typed, raw, tmp_path / "adapted")
+    source = ElmoEmbedder(files["options_file"], files["weight_file"]).encoder.bilm.state_dict()
+    for name, tensor in adapted.model.bilm.state_dict().items():
+        assert torch.equal(tensor, source[name]), name
+    assert "quokka" in (tmp_path / "adapted" / "vocab.txt").read_text().split("\n")
+
+
+def test_adapting_another_architecture_is_refused_before_writing(tmp_path):
+    _trainer(tmp_path / "source", 5).run(progress=False)
+    config = tiny_config(5)
+    config["model"]["lstm_dim"] = 32
+    config["initialize"]["run"] = str(tmp_path / "source")
+    typed, raw = load_config(config)
+    with pytest.raises(InitializeError, match="lstm_dim: 64 there, 32 in"):
+        Trainer(typed, raw, tmp_path / "adapted")
+    assert not (tmp_path / "adapted").exists()
