@@ -197,18 +197,21 @@ class SentenceStream:
             "position": self.position,
             "pending": [list(s) for s in self.pending],
             "ready": [[list(s) for s in b] for b in self.ready],
-            "files": [str(p) for p in self.files],
+            "files": [p.name for p in self.files],
             "n_lines": len(self.lines),
             "rank": self.rank,
             "world_size": self.world_size,
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict`'s output; refuses a state of other files, lines or ranks."""
+        """Continue from :meth:`state_dict`'s output; refuses a state of other files, lines or ranks.
+
+        Files are known by name and line count, so a corpus moved to another folder still resumes.
+        """
         if state.get("version") != self.STATE_VERSION:
             raise StreamStateError("The checkpoint's data position was written by an older spacy-elmo")
-        mine = (self.seed, [str(p) for p in self.files], len(self.lines), self.rank, self.world_size)
-        theirs = (state["seed"], state["files"], state["n_lines"], state["rank"], state["world_size"])
+        mine = (self.seed, [p.name for p in self.files], len(self.lines), self.rank, self.world_size)
+        theirs = (state["seed"], [Path(f).name for f in state["files"]], state["n_lines"], state["rank"], state["world_size"])
         if mine != theirs:
             raise StreamStateError(
                 "The checkpoint was written for other training files, another seed or another number of processes; "

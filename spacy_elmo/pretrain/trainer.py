@@ -129,9 +129,14 @@ def evaluate(model: BiLanguageModel, sentences: Sequence[Sequence[str]], batch_t
     return {"forward_ppl": fw_ppl, "backward_ppl": bw_ppl, "average_ppl": math.exp((fw + bw) / (2 * count))}
 
 
-# Settings a resumed run may change: how long it runs and how it reports, not what it computes.
+# Settings a resumed run may change: how long it runs, how it reports, where its files are (the stream checks
+# that the training text is the same) and how large its steps are (continuing on a GPU with larger batches).
 RESUMABLE_CHANGES = frozenset(
-    {"training.max_steps", "training.threads", "training.log_every", "training.eval_every", "training.checkpoint_every"}
+    {
+        "training.max_steps", "training.threads", "training.log_every", "training.eval_every",
+        "training.checkpoint_every", "training.batch_tokens", "training.learn_rate", "training.bf16",
+        "paths.train", "paths.dev", "corpus.train", "corpus.dev",
+    }
 )
 
 
@@ -263,6 +268,8 @@ class Trainer:
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.training.learn_rate  # a resumed run may change it
         torch.set_rng_state(state["torch_rng"].cpu())
         if self.device.type == "cuda" and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)

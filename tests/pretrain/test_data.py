@@ -2,7 +2,7 @@ import gzip
 
 import pytest
 
-from spacy_elmo.pretrain.data import CorpusError, SentenceStream, read_sentences, resolve_files
+from spacy_elmo.pretrain.data import CorpusError, SentenceStream, StreamStateError, read_sentences, resolve_files
 from spacy_elmo.pretrain.vocab import Vocab
 
 
@@ -85,3 +85,21 @@ def test_text_without_lines_is_refused_before_any_batch(tmp_path):
         SentenceStream(resolve_files(str(tmp_path)), str.split, batch_tokens=5, rank=1, world_size=2)
     with pytest.raises(CorpusError, match="No text files found"):
         resolve_files(str(tmp_path / "missing*.txt"))
+
+
+def test_a_moved_corpus_resumes_but_other_text_does_not(tmp_path):
+    (tmp_path / "here").mkdir()
+    files = _corpus(tmp_path / "here")
+    a = SentenceStream(files, str.split, batch_tokens=12, seed=5, pool_batches=3)
+    a.next_batch()
+    moved = tmp_path / "there"
+    moved.mkdir()
+    for path in files:
+        (moved / path.name).write_bytes(path.read_bytes())
+    b = SentenceStream(resolve_files(str(moved)), str.split, batch_tokens=12, seed=5, pool_batches=3)
+    b.load_state_dict(a.state_dict())
+    assert a.next_batch() == b.next_batch()
+    (moved / "a.txt").write_text("just one line\n")
+    c = SentenceStream(resolve_files(str(moved)), str.split, batch_tokens=12, seed=5, pool_batches=3)
+    with pytest.raises(StreamStateError):
+        c.load_state_dict(a.state_dict())

@@ -88,11 +88,13 @@ def _repo_root():
 def test_resume_with_other_settings_names_them_and_changes_nothing(tmp_path):
     _trainer(tmp_path, 5).run(progress=False)
     saved = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(ResumeError, match=r"training.learn_rate: 0.2 in the run, 0.5 now") as err:
-        _trainer(tmp_path, 10, learn_rate=0.5)
+    with pytest.raises(ResumeError, match=r"training.grad_clip: 10.0 in the run, 5.0 now") as err:
+        _trainer(tmp_path, 10, grad_clip=5.0)
     assert "training.max_steps:" not in str(err.value)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == saved
-    assert _trainer(tmp_path, 10, log_every=2).step == 5  # run length and reporting may change
+    # Run length, reporting and step size may change (continuing on a GPU with larger batches, say).
+    resumed = _trainer(tmp_path, 10, log_every=2, batch_tokens=240, learn_rate=0.5)
+    assert resumed.step == 5 and resumed.optimizer.param_groups[0]["lr"] == 0.5
 
 
 def test_a_short_run_logs_its_steps(tmp_path):
