@@ -30,6 +30,6 @@ def elmo_docs_from_words(nlp: Language, sentences: Iterable[List[str]]) -> List[
 
 
 def stacked_vectors(docs: Iterable[Doc]) -> Tuple[np.ndarray, np.ndarray]:
-    """All tokens of ``docs`` in order: ``Token._.elmo`` as ``(n_tokens, dim)`` and the layers ``(n_layers, n_tokens, dim)``."""
+    """All tokens of ``docs`` in order: ``Token._.elmo`` ``(n_tokens, dim)``, layers ``(n_layers, n_tokens, dim)``."""
     docs = list(docs)
     return np.concatenate([doc._.elmo for doc in docs]), np.concatenate([doc._.elmo_layers for doc in docs], axis=1)

@@ -19,7 +19,7 @@ def mean_layer_norms(layers: np.ndarray) -> np.ndarray:
 
 
 def norm_balancing_weights(layer_norms: np.ndarray) -> np.ndarray:
-    """Fixed layer weights proportional to ``1 / mean norm`` and summing to 1: each layer adds as much length to the mix."""
+    """Fixed layer weights in proportion to ``1 / mean norm``, summing to 1: each layer adds as much length."""
     inverse = 1.0 / np.maximum(layer_norms, EPS)
     return inverse / inverse.sum()
 

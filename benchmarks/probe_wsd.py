@@ -42,7 +42,8 @@ class Occurrence(NamedTuple):
 
 class Scores(NamedTuple):
     """One representation's scores: whether each occurrence's 1-NN has its sense, accuracy per word and overall, mean
-    cosine of two uses of a word, and separation (mean cosine same sense minus other sense), both averaged over words."""
+    cosine of two uses of a word, and separation (mean cosine same sense minus other sense), both averaged over
+    the words."""
 
     hits: np.ndarray
     per_word: Dict[str, float]
@@ -59,7 +60,7 @@ def read_occurrences(path: Path) -> List[Occurrence]:
 
 
 def target_rows(docs, occurrences: Sequence[Occurrence]) -> np.ndarray:
-    """Row of each occurrence's word among all tokens of ``docs``; the word must be exactly one token of its sentence."""
+    """Row of each occurrence's word among all tokens of ``docs``; the word must be one token of its sentence, once."""
     rows, start = [], 0
     for doc, occurrence in zip(docs, occurrences):
         found = [t.i for t in doc if t.lower_ == occurrence.word]
