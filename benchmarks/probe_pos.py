@@ -8,7 +8,7 @@ come from the training tokens); and the same for an untrained biLM of the same a
 random weights), which shows what pretraining adds. The treebank's words go through the ``elmo``
 component as pre-tokenised Docs, one Doc per sentence.
 
-    python benchmarks/probe_pos.py [--options O --weights W] [--train-sentences 3000]
+    python benchmarks/probe_pos.py [--options O --weights W] [--train-sentences 3000] [--seed 0]
 """
 import argparse
 import tempfile
@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--weights")
     parser.add_argument("--train-sentences", type=int, default=3000)
     parser.add_argument("--test-sentences", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the untrained control's weights")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -83,10 +84,10 @@ def main() -> None:
     tagset = sorted({t for _, tags in train for t in tags})
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        untrained = write_untrained(Path(args.options or default_model_files()[0]), Path(tmp))
+        untrained = write_untrained(Path(args.options or default_model_files()[0]), Path(tmp), seed=args.seed)
         rows = {
             "pretrained": evaluate(args.options, args.weights, train, test, tagset),
-            "untrained (same architecture, random weights)": evaluate(*map(str, untrained), train, test, tagset),
+            f"untrained (same architecture, random weights, seed {args.seed})": evaluate(*map(str, untrained), train, test, tagset),
         }
     print(f"UD English-EWT UPOS linear probe: trained on {len(train)} train sentences "
           f"({sum(len(w) for w, _ in train)} tokens), tested on {len(test)} test sentences "
