@@ -1,7 +1,7 @@
 """``ElmoEmbedder.embed_batch`` words/s on the CPU, and the same as a share of the machine's fp32 GEMM rate.
 
-The model is the published *small* architecture (2x1024_128, 2048-channel char CNN, 1 highway) with seeded
-random weights, written to and loaded from files like a real model. The text is the first ``--sentences``
+The model is a published architecture (``--preset``: small 2x1024_128 by default, medium, original; 2048-channel
+char CNN) with seeded random weights, written to and loaded from files like a real model. The text is the first ``--sentences``
 sentences of 5-40 tokens of the UD English EWT dev set (whitespace tokens = the FORM column). Each setting runs
 one warm-up pass, then ``--passes`` timed passes; the best pass counts. Outputs of all settings are compared with
 the uncached all-at-once run (max abs diff).
@@ -92,9 +92,9 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def make_model(directory: Path, seed: int) -> Tuple[Path, Path]:
+def make_model(directory: Path, seed: int, architecture: str = "small") -> Tuple[Path, Path]:
     torch.manual_seed(seed)
-    model = BiLm(preset("small"))
+    model = BiLm(preset(architecture))
     options_file, weight_file = directory / "options.json", directory / "weights.hdf5"
     save_files(model, options_file, weight_file)
     return options_file, weight_file
@@ -131,11 +131,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-size", type=int, default=50000, help="most frequent UD-train words to cache")
     parser.add_argument("--batch-sizes", default="32,64,all")
+    parser.add_argument("--preset", default="small", choices=["small", "medium", "original"], help="architecture")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_before = _load()
 
-    options = preset("small")
+    options = preset(args.preset)
     macs = forward_macs_per_token(options)
     flops_per_word = 2 * sum(macs.values())
     sentences = read_conllu(UD / "en_ewt-ud-dev.conllu", 5, 40, args.sentences)
@@ -149,7 +150,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     rows = []
     reference: Optional[List[np.ndarray]] = None
     with tempfile.TemporaryDirectory() as tmp:
-        options_file, weight_file = make_model(Path(tmp), args.seed)
+        options_file, weight_file = make_model(Path(tmp), args.seed, args.preset)
         for cached in (False, True):
             start = time.perf_counter()
             embedder = ElmoEmbedder(
@@ -173,6 +174,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
     print(f"machine: {_cpu_model()}; {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
           f"python {platform.python_version()}; load average before: {load_before}, after: {_load()}")
+    print(f"architecture: {args.preset} (seeded random weights)")
     print(f"text: {len(sentences)} UD-EWT dev sentences of 5-40 tokens, {n_words} words; "
           f"best of {args.passes} passes after a warm-up")
     print(f"cache: {len(cache_words)} most frequent UD-train words, hit rate on the text {hit_rate:.1%}")

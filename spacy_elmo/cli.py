@@ -23,6 +23,37 @@ def demo(
     run(options_file, weight_file)
 
 
+@app.command("download")
+def download(
+    name: str = typer.Argument(..., help="Model name, e.g. small, original, manylangs-de (see: list)"),
+    force: bool = typer.Option(False, "--force", help="Download again even if the model is already there"),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for the server before giving up"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
+) -> None:
+    """Download a published ELMo model into the cache ($SPACY_ELMO_CACHE or ~/.cache/spacy-elmo) and verify it."""
+    from .download import download as fetch_model
+
+    try:
+        options, weights = fetch_model(name, timeout=timeout, progress=not quiet, force=force, log=typer.echo)
+    except ElmoError as err:
+        typer.echo(f"✘ {err}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"✔ {name}: {options} and {weights}")
+
+
+@app.command("list")
+def list_models() -> None:
+    """List the models that download knows, their size and training data; * marks those downloaded."""
+    from .catalog import CATALOG
+    from .download import cache_dir, downloaded
+
+    present = downloaded()
+    for entry in CATALOG.values():
+        mark = "*" if entry.name in present else " "
+        typer.echo(f"{mark} {entry.name:16} {entry.description}\n    size: {entry.size}\n    data: {entry.training_data}")
+    typer.echo(f"Cache: {cache_dir()}")
+
+
 @app.command("init-config")
 def init_config(
     output_file: Path = typer.Argument(..., help="Where to write the config (.cfg); '-' for stdout"),
@@ -88,6 +119,7 @@ def embed(
     gamma: float = typer.Option(1.0, "--gamma", help="For --layers mix: scale of the mixed vectors"),
     options_file: str = typer.Option(None, "--options", help="options.json of another ELMo model"),
     weight_file: str = typer.Option(None, "--weights", help="weights .hdf5 of another ELMo model"),
+    model: Optional[str] = typer.Option(None, "--model", help="Name of a downloaded model instead of --options/--weights (see: list)"),
     batch_size: int = typer.Option(32, "--batch-size", help="Lines per biLM call"),
     max_tokens: int = typer.Option(256, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
     initial_state: Optional[str] = typer.Option(None, "--initial-state", help="auto | zeros | warm: where each window's LSTMs start (default: ElmoEmbedder's)"),
@@ -97,9 +129,14 @@ def embed(
 ) -> None:
     """Embed every line of a corpus into an HDF5 file (dataset "<k>" and "tokens/<k>" for line k). Rerun to resume."""
     from .bulk import EmbedSettings, Shard, embed_file, shard_output
+    from .download import resolve_model
     from .embedder import DEFAULT_INITIAL_STATE
 
     try:
+        if model is not None:
+            if options_file is not None or weight_file is not None:
+                raise typer.BadParameter("Give --model or --options/--weights, not both")
+            options_file, weight_file = map(str, resolve_model(model))
         chosen = Shard.parse(shard)
         output = shard_output(output_file, chosen, auto=shard == "auto")
         settings = EmbedSettings(

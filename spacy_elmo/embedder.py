@@ -14,6 +14,7 @@ from .model.carried_state import CarriedState
 from .model.encoder import ElmoEncoder
 from .weights import load_files
 from .default_model import DEFAULT_LANG, default_model_files
+from .download import files_for
 
 PathLike = Union[str, Path]
 
@@ -24,7 +25,8 @@ class ElmoEmbedder:
     """Embed sentences with a pretrained biLM.
 
     options_file, weight_file: AllenNLP/bilm-tf ``options.json`` and weights ``.hdf5``; both None
-        means the model embedded in this package for ``lang``.
+        means the model embedded in this package for ``lang``. ``options_file`` alone may be the name
+        of a downloaded model (``ElmoEmbedder("original")``; see ``python -m spacy_elmo list``).
     initial_state: where each sentence's LSTMs start: ``"zeros"``, ``"warm"`` (the state after a
         fixed short text) or ``"auto"`` (default): the start the model was trained from, i.e. "warm"
         for the published models (trained with carried state) and "zeros" for models made by
@@ -49,6 +51,7 @@ class ElmoEmbedder:
         max_batch_tokens: int = 4096,
         lang: str = DEFAULT_LANG,
     ):
+        options_file, weight_file = files_for(options_file, weight_file)
         if (options_file is None) != (weight_file is None):
             raise ValueError("Give both options_file and weight_file, or neither (to use the embedded model)")
         if options_file is None:

@@ -8,12 +8,17 @@ The JSON layout is the one the published ELMo models use::
 
 Keys this package does not use (bilm-tf writes training settings such as ``n_tokens_vocab`` or
 ``dropout`` into the same file) are kept, so that a file read and written back loses nothing.
+
+Models converted from ELMoForManyLangs (see :mod:`spacy_elmo.manylangs`) add two optional parts:
+``char_cnn.vocabulary`` (a character table instead of UTF-8 bytes, see
+:class:`spacy_elmo.model.token_ids.TokenIds`) and a top-level ``word_embedding`` whose vectors
+are joined to the char CNN's features before the projection.
 """
 import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .errors import ElmoOptionsError
 
@@ -47,6 +52,21 @@ class ElmoOptions:
     def n_filters(self) -> int:
         """Width of the char CNN's output (all filters' channels concatenated)."""
         return sum(n for _, n in self.filters)
+
+    @property
+    def char_vocabulary(self) -> Optional[Dict[str, Any]]:
+        """The character table (``characters`` in id order, and the names of the special entries), if any."""
+        return self.extra.get("char_cnn", {}).get("vocabulary")
+
+    @property
+    def word_embedding(self) -> Optional[Dict[str, Any]]:
+        """The word table (``dim``, ``words`` in id order, names of the special entries), if any."""
+        return self.extra.get("word_embedding")
+
+    @property
+    def word_dim(self) -> int:
+        """Width of the word vectors joined to the char CNN's features (0: none, as in AllenNLP's models)."""
+        return int(self.word_embedding["dim"]) if self.word_embedding else 0
 
     @property
     def output_dim(self) -> int:
@@ -100,7 +120,19 @@ class ElmoOptions:
         if activation not in ACTIVATIONS:
             raise ElmoOptionsError(f"{source}: char_cnn.activation must be one of {ACTIVATIONS}, found {activation!r}")
         n_characters = _get(cnn, "n_characters", int, f"{source} [char_cnn]", default=262)
-        if n_characters not in (261, 262):
+        vocabulary = cnn.get("vocabulary")
+        if vocabulary is not None:
+            _check_table(vocabulary, "characters", CHAR_SPECIALS, f"{source} [char_cnn.vocabulary]")
+            if n_characters != len(vocabulary["characters"]) + 1:
+                raise ElmoOptionsError(
+                    f"{source}: char_cnn.n_characters must be the size of char_cnn.vocabulary plus one "
+                    f"({len(vocabulary['characters']) + 1}), found {n_characters}"
+                )
+        words = data.get("word_embedding")
+        if words is not None:
+            _check_table(words, "words", WORD_SPECIALS, f"{source} [word_embedding]")
+            _positive(words, "dim", f"{source} [word_embedding]")
+        if vocabulary is None and n_characters not in (261, 262):
             raise ElmoOptionsError(
                 f"{source}: char_cnn.n_characters must be 262 (or 261, bilm-tf's training value), found {n_characters}"
             )
@@ -158,6 +190,22 @@ class ElmoOptions:
     def to_file(self, path: PathLike) -> None:
         """Write ``options.json``."""
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+# Entries a character or word table must name: what marks a word's start and end, padding, unknown
+# symbols and the sentence boundaries (which stand for ``<S>`` and ``</S>``).
+CHAR_SPECIALS = ("begin_of_word", "end_of_word", "padding", "unknown", "begin_of_sentence", "end_of_sentence")
+WORD_SPECIALS = ("unknown", "begin_of_sentence", "end_of_sentence")
+
+
+def _check_table(table: Any, key: str, specials: Tuple[str, ...], source: str) -> None:
+    """A vocabulary: a list of entries (null for unused ids) and the specials, each naming an entry."""
+    if not isinstance(table, dict) or not isinstance(table.get(key), list) or not table[key]:
+        raise ElmoOptionsError(f"{source}: expected an object with a non-empty list {key!r}")
+    entries = set(table[key])
+    for special in specials:
+        if table.get(special) not in entries or table.get(special) is None:
+            raise ElmoOptionsError(f"{source}: {special!r} must name an entry of {key!r}, found {table.get(special)!r}")
 
 
 def _section(data: Dict[str, Any], key: str, source: str) -> Dict[str, Any]:

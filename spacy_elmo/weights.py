@@ -52,7 +52,11 @@ def layout(options: ElmoOptions) -> Dict[str, _Entry]:
         m.char_cnn.embedding.weight.data[1:].copy_(value)
         m.char_cnn.embedding.weight.data[0].zero_()
 
-    entries["char_embed"] = _Entry((261, d), char_get, char_put)
+    entries["char_embed"] = _Entry((options.n_characters - 1 if options.char_vocabulary else 261, d), char_get, char_put)
+    if options.word_dim:
+        entries["word_embed"] = _Entry(
+            (len(options.word_embedding["words"]), options.word_dim), *_copy(lambda m: m.word_embedding.weight)
+        )
     for i, (w, n) in enumerate(options.filters):
         def cnn_get(m: BiLm, i: int = i) -> torch.Tensor:
             return m.char_cnn.weights[i].detach().permute(2, 1, 0).unsqueeze(0)
@@ -68,7 +72,7 @@ def layout(options: ElmoOptions) -> Dict[str, _Entry]:
             entries[f"CNN_high_{k}/{name}"] = _Entry((f, f), *_copy(lambda m, a=attr, k=k: getattr(m.highway, a)[k]))
         for name, attr in (("b_carry", "b_carry"), ("b_transform", "b_transform")):
             entries[f"CNN_high_{k}/{name}"] = _Entry((f,), *_copy(lambda m, a=attr, k=k: getattr(m.highway, a)[k]))
-    entries["CNN_proj/W_proj"] = _Entry((f, p), *_copy(lambda m: m.w_proj))
+    entries["CNN_proj/W_proj"] = _Entry((options.word_dim + f, p), *_copy(lambda m: m.w_proj))
     entries["CNN_proj/b_proj"] = _Entry((p,), *_copy(lambda m: m.b_proj))
     for direction, stack in ((0, "forward_lstms"), (1, "backward_lstms")):
         for layer in range(options.n_layers):

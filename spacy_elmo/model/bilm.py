@@ -9,6 +9,7 @@ from ..options import ElmoOptions
 from .char_cnn import CharCNN
 from .highway import Highway
 from .lstm import LstmWithProjection, Packing, run_packed
+from .token_ids import TokenIds
 
 
 @dataclass
@@ -56,17 +57,24 @@ class BiLm(nn.Module):
     def __init__(self, options: ElmoOptions):
         super().__init__()
         self.options = options
+        vocabulary = options.char_vocabulary is not None
         self.char_cnn = CharCNN(
             options.filters,
-            n_characters=262,
+            n_characters=options.n_characters if vocabulary else 262,
             embedding_dim=options.char_embedding_dim,
             max_chars=options.max_characters_per_token,
             activation=options.activation,
+            pad_char=TokenIds(options).pad_char,
         )
         self.highway = Highway(options.n_filters, options.n_highway)
-        self.w_proj = nn.Parameter(torch.empty(options.n_filters, options.projection_dim))
+        # Models with word vectors (ELMoForManyLangs) project [word vector, char features] together.
+        self.word_embedding = (
+            nn.Embedding(len(options.word_embedding["words"]), options.word_dim) if options.word_dim else None
+        )
+        width = options.word_dim + options.n_filters
+        self.w_proj = nn.Parameter(torch.empty(width, options.projection_dim))
         self.b_proj = nn.Parameter(torch.zeros(options.projection_dim))
-        nn.init.normal_(self.w_proj, 0.0, (1.0 / options.n_filters) ** 0.5)
+        nn.init.normal_(self.w_proj, 0.0, (1.0 / width) ** 0.5)
         p, h = options.projection_dim, options.lstm_dim
 
         def stack() -> nn.ModuleList:
@@ -77,9 +85,12 @@ class BiLm(nn.Module):
         self.forward_lstms = stack()
         self.backward_lstms = stack()
 
-    def token_layer(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """Context-free token vectors ``(n_tokens, projection_dim)`` from ``(n_tokens, max_chars)`` ids."""
+    def token_layer(self, char_ids: torch.Tensor, word_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Context-free token vectors ``(n_tokens, projection_dim)`` from ``(n_tokens, max_chars)`` ids
+        (and ``(n_tokens,)`` word ids for a model with word vectors; see :class:`TokenIds`)."""
         x = self.highway(self.char_cnn(char_ids))
+        if self.word_embedding is not None:
+            x = torch.cat((self.word_embedding(word_ids), x), dim=1)
         return torch.addmm(self.b_proj, x, self.w_proj)
 
     def forward(

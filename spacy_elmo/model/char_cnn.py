@@ -15,6 +15,8 @@ class CharCNN(nn.Module):
     gives the same value; computing the windows up to the first such window gives the same
     maximum as all ``max_chars`` positions. Tokens are therefore sorted by length and each chunk
     is cut to the positions that can matter. The result is that of the full-width convolution.
+    ``pad_char``: the id that fills positions past a token's end (a table's own id for models with
+    a character table).
     """
 
     def __init__(
@@ -25,8 +27,10 @@ class CharCNN(nn.Module):
         max_chars: int = 50,
         activation: str = "relu",
         chunk_size: int = 256,
+        pad_char: int = PAD_CHAR,
     ):
         super().__init__()
+        self.pad_char = pad_char
         self.filters = [(int(w), int(n)) for w, n in filters]
         self.max_chars = max_chars
         self.max_width = max(w for w, _ in self.filters)
@@ -57,7 +61,7 @@ class CharCNN(nn.Module):
         n_tokens = char_ids.shape[0]
         if n_tokens == 0:
             return char_ids.new_zeros((0, self.output_dim), dtype=self.embedding.weight.dtype)
-        lengths = (char_ids != PAD_CHAR).sum(dim=1)
+        lengths = (char_ids != self.pad_char).sum(dim=1)
         order = torch.argsort(lengths)
         sorted_lengths = lengths[order].tolist()
         pieces = []

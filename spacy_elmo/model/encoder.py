@@ -8,7 +8,8 @@ from torch import nn
 
 from .bilm import BiLm, BiLmState
 from ..errors import TokenTruncationWarning
-from .chars import TokenBatch, first_truncated, n_bytes, tokens_to_ids
+from .chars import TokenBatch, first_truncated, n_bytes
+from .token_ids import TokenIds
 from .token_cache import TokenCache
 
 # A short, plain text whose final LSTM state is the "warm" starting state (see ``ElmoEncoder``).
@@ -57,6 +58,7 @@ class ElmoEncoder(nn.Module):
         self.cache = TokenCache(cache_size, bilm.options.projection_dim) if cache_size > 0 else None
         self._warm: Optional[BiLmState] = None
         self._truncation_reported = False
+        self._token_ids = TokenIds(bilm.options)
 
     @property
     def options(self):
@@ -84,7 +86,7 @@ class ElmoEncoder(nn.Module):
         max_chars = self.options.max_characters_per_token
         use_cache = self.cache is not None and not (torch.is_grad_enabled() and self.bilm.w_proj.requires_grad)
         if not use_cache:
-            return self.bilm.token_layer(self._char_ids(types, max_chars))
+            return self.bilm.token_layer(*self._ids(types, max_chars))
         found, slots, missing = self.cache.lookup(types)
         out = self.cache.vectors.new_empty(len(types), self.options.projection_dim)
         if found:
@@ -92,15 +94,18 @@ class ElmoEncoder(nn.Module):
             out.index_copy_(0, index, self.cache.vectors.index_select(0, torch.tensor(slots, device=self.device)))
         if missing:
             new_types = [types[i] for i in missing]
-            computed = self.bilm.token_layer(self._char_ids(new_types, max_chars))
+            computed = self.bilm.token_layer(*self._ids(new_types, max_chars))
             out.index_copy_(0, torch.tensor(missing, device=self.device), computed)
             self.cache.add(new_types, computed)
         return out
 
-    def _char_ids(self, types: Sequence[str], max_chars: int) -> torch.Tensor:
-        if not self._truncation_reported:
+    def _ids(self, types: Sequence[str], max_chars: int) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Character ids (and word ids, for models with words) of ``types`` on the model's device."""
+        if not self._truncation_reported and self.options.char_vocabulary is None:
             self._report_truncation(types, max_chars)
-        return torch.from_numpy(tokens_to_ids(types, max_chars)).to(self.device)
+        char_ids, word_ids = self._token_ids(types)
+        words = None if word_ids is None else torch.from_numpy(word_ids).to(self.device)
+        return torch.from_numpy(char_ids).to(self.device), words
 
     def _report_truncation(self, types: Sequence[str], max_chars: int) -> None:
         """Warn, once per encoder, that a token is longer than the model reads (a limit in bytes, not characters)."""

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 import srsly
 import torch
 from spacy.language import Language
+from spacy.util import registry
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
@@ -14,6 +15,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
+from ..download import resolve_model
 from ..errors import ElmoWeightsError
 from .bilm_model import (
     DEFAULT_SETTINGS,
@@ -64,7 +66,7 @@ class ElmoOutput(NamedTuple):
 def make_elmo(
     nlp: Language,
     name: str,
-    model: Model[List[Doc], List[Floats3d]],
+    model: Union[str, Model[List[Doc], List[Floats3d]]],
     options_file: Optional[str],
     weight_file: Optional[str],
     initial_state: str,
@@ -79,7 +81,11 @@ def make_elmo(
     vector_hooks: bool,
     train_cache_mb: float,
 ) -> "Elmo":
-    """Build the ``elmo`` component; see :class:`Elmo` for the settings."""
+    """Build the ``elmo`` component; see :class:`Elmo` for the settings. ``model`` may be the name of a
+    downloaded model (``config={"model": "original"}``), which stands for the default architecture with its files."""
+    if isinstance(model, str):
+        options_file, weight_file = resolve_model(model)
+        model = registry.resolve({"model": DEFAULT_MODEL})["model"]
     return Elmo(
         nlp.vocab,
         model,

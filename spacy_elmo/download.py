@@ -1,0 +1,241 @@
+"""Download named models into a cache folder, verify them, and find them again by name.
+
+A model ``NAME`` lives in ``<cache>/NAME/`` as ``options.json`` + ``weights.hdf5`` and a
+``manifest.json`` written last, which records where the files came from and their SHA-256. A
+model counts as downloaded only when its manifest exists and the files still have the recorded
+checksums, so an interrupted, damaged or half-converted download is never used.
+
+Transfers go to ``<file>.part`` and continue from where they stopped on the next run (HTTP
+``Range``); a file is renamed into place only once complete. Every network wait is bounded by
+``timeout`` seconds. The cache folder is ``$SPACY_ELMO_CACHE`` if set, else
+``$XDG_CACHE_HOME/spacy-elmo`` or ``~/.cache/spacy-elmo``. Names are never downloaded implicitly:
+using one that is missing raises an error that gives the download command.
+"""
+import hashlib
+import json
+import os
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable, Dict, Optional, Tuple
+
+from .catalog import ModelEntry, UnknownModelError, get_entry
+from .errors import ElmoError
+from .files import atomic_write
+
+CACHE_ENV = "SPACY_ELMO_CACHE"
+DEFAULT_TIMEOUT = 30.0
+CHUNK = 1 << 20
+MANIFEST = "manifest.json"
+
+
+class DownloadError(ElmoError):
+    """A model could not be fetched or verified; the message says what to do."""
+
+
+class NotDownloadedError(ElmoError):
+    """A model name was used before ``python -m spacy_elmo download NAME``."""
+
+
+def cache_dir() -> Path:
+    """Where downloaded models live (see the module docstring)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "spacy-elmo"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(url: str, target: Path, timeout: float = DEFAULT_TIMEOUT, progress: bool = True) -> None:
+    """Download ``url`` to ``target`` through ``target.part``, continuing a previous partial transfer.
+
+    Raises :class:`DownloadError` for HTTP errors, unreachable hosts and stalls longer than
+    ``timeout`` seconds; what arrived stays in the ``.part`` file for the next attempt.
+    """
+    from tqdm import tqdm
+
+    part = target.with_name(target.name + ".part")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    offset = part.stat().st_size if part.exists() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and offset:  # the partial file is already whole (or longer than the file): start over
+            part.unlink()
+            return fetch(url, target, timeout, progress)
+        raise DownloadError(f"{url} answered HTTP {err.code} ({err.reason}); the publisher may have moved the file") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise DownloadError(
+            f"Cannot reach {url} ({reason}). Check the network connection (or a proxy), then run the same command again."
+        ) from None
+    with response:
+        resumed = response.status == 206
+        length = response.headers.get("Content-Length")
+        total = (offset if resumed else 0) + int(length) if length is not None else None
+        mode = "ab" if resumed else "wb"
+        try:
+            with open(part, mode) as f, tqdm(
+                total=total, initial=offset if resumed else 0, unit="B", unit_scale=True,
+                desc=target.name, disable=not progress, leave=False,
+            ) as bar:
+                for block in iter(lambda: response.read(CHUNK), b""):
+                    f.write(block)
+                    bar.update(len(block))
+                f.flush()
+                os.fsync(f.fileno())
+        except (socket.timeout, TimeoutError, OSError, urllib.error.URLError) as err:
+            raise DownloadError(
+                f"The transfer of {url} stopped ({err}); what arrived is kept in {part}. Run the same command again to "
+                f"continue."
+            ) from None
+    if total is not None and part.stat().st_size != total:
+        raise DownloadError(
+            f"The transfer of {url} ended early ({part.stat().st_size:,} of {total:,} bytes); what arrived is kept. Run "
+            f"the same command again to continue."
+        )
+    os.replace(part, target)
+
+
+def model_dir(name: str, cache: Optional[Path] = None) -> Path:
+    return (cache or cache_dir()) / name
+
+
+def _read_manifest(folder: Path) -> Optional[Dict]:
+    try:
+        return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def verify(name: str, cache: Optional[Path] = None) -> Tuple[Path, Path]:
+    """The model's files if its manifest exists and they still have the recorded SHA-256; else an error."""
+    folder = model_dir(name, cache)
+    manifest = _read_manifest(folder)
+    if manifest is None:
+        raise NotDownloadedError(
+            f"The ELMo model {name!r} is not downloaded (looked in {folder}). Get it with: "
+            f"python -m spacy_elmo download {name}"
+        )
+    for file, digest in manifest["sha256"].items():
+        path = folder / file
+        if not path.is_file() or sha256_of(path) != digest:
+            raise NotDownloadedError(
+                f"The downloaded ELMo model {name!r} has changed on disk since it was verified ({path} is missing or "
+                f"its SHA-256 differs). Download it again with: python -m spacy_elmo download {name} --force"
+            )
+    return folder / "options.json", folder / "weights.hdf5"
+
+
+def resolve_model(name: str, cache: Optional[Path] = None, catalog: Optional[Dict[str, ModelEntry]] = None) -> Tuple[Path, Path]:
+    """``(options_file, weight_file)`` of the downloaded model ``name``; a clear error if it is unknown or missing."""
+    get_entry(name, catalog)
+    return verify(name, cache)
+
+
+def files_for(options_file, weight_file) -> Tuple:
+    """``(options_file, weight_file)`` as given, or a model name's two files: a name is an ``options_file``
+    given alone that is not an existing file. Both None stay None (the embedded model)."""
+    if options_file is None or weight_file is not None or Path(options_file).is_file():
+        return options_file, weight_file
+    try:
+        return resolve_model(str(options_file))
+    except UnknownModelError:
+        raise UnknownModelError(
+            f"{str(options_file)!r} is neither an existing options file nor the name of a published ELMo model (see: "
+            f"python -m spacy_elmo list). Give an options.json with its weights file, or a model name."
+        ) from None
+
+
+def download(
+    name: str,
+    cache: Optional[Path] = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: bool = True,
+    force: bool = False,
+    catalog: Optional[Dict[str, ModelEntry]] = None,
+    log: Callable[[str], None] = lambda message: None,
+) -> Tuple[Path, Path]:
+    """Fetch, convert if needed, verify and record the model ``name``; returns its two files.
+
+    A model already downloaded and intact is not fetched again unless ``force``. Verification
+    loads the model with the package's checked loader (structure, shapes, finite values) and
+    compares published checksums when there are any; a file that fails is deleted.
+    """
+    from .weights import load_files
+
+    entry = get_entry(name, catalog)
+    folder = model_dir(name, cache)
+    if not force:
+        try:
+            return verify(name, cache)
+        except NotDownloadedError:
+            pass
+    if (folder / MANIFEST).exists():
+        (folder / MANIFEST).unlink()  # from here until the end, the model does not count as downloaded
+    options_file, weight_file = folder / "options.json", folder / "weights.hdf5"
+    sources: Dict[str, str] = {}
+    if entry.kind == "allennlp":
+        for role, target in (("options", options_file), ("weights", weight_file)):
+            log(f"Fetching {entry.urls[role]}")
+            fetch(entry.urls[role], target, timeout, progress)
+            _check_published(entry, role, target)
+            sources[target.name] = entry.urls[role]
+    else:
+        from .manylangs import ManyLangsError, convert_archive
+
+        archive = folder / "model.zip"
+        log(f"Fetching {entry.urls['archive']}")
+        fetch(entry.urls["archive"], archive, timeout, progress)
+        _check_published(entry, "archive", archive)
+        sources["model.zip"] = entry.urls["archive"]
+        sources["model.zip sha256"] = sha256_of(archive)
+        log("Converting the ELMoForManyLangs model")
+        try:
+            convert_archive(archive, folder / "extracted", options_file, weight_file)
+        except ManyLangsError as err:
+            archive.unlink()
+            raise DownloadError(f"The archive downloaded for {name!r} cannot be converted ({err}); it was removed.") from None
+        archive.unlink()
+    try:
+        load_files(options_file, weight_file)
+    except ElmoError as err:
+        weight_file.unlink(missing_ok=True)
+        raise DownloadError(
+            f"The model downloaded for {name!r} is damaged and was removed: {err} Run the same command to fetch it again."
+        ) from None
+    manifest = {
+        "name": name,
+        "sources": sources,
+        "sha256": {p.name: sha256_of(p) for p in (options_file, weight_file)},
+    }
+    atomic_write(folder / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8"))
+    return options_file, weight_file
+
+
+def _check_published(entry: ModelEntry, role: str, path: Path) -> None:
+    """Compare with the publisher's SHA-256 when the catalogue has one; delete the file if it differs."""
+    expected = entry.sha256.get(role)
+    if expected and sha256_of(path) != expected:
+        path.unlink()
+        raise DownloadError(
+            f"{path.name} of {entry.name!r} does not have the published SHA-256 and was removed; run the same command "
+            f"to fetch it again."
+        )
+
+
+def downloaded(cache: Optional[Path] = None) -> Dict[str, Path]:
+    """Names in the catalogue with a manifest in the cache (not re-verified)."""
+    from .catalog import CATALOG
+
+    root = cache or cache_dir()
+    return {name: root / name for name in CATALOG if (root / name / MANIFEST).exists()}

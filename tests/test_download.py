@@ -1,0 +1,193 @@
+"""Downloading named models from a local HTTP server: resume, damage, 404, stalls, and loading by name."""
+import http.server
+import shutil
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo import ElmoEmbedder
+from spacy_elmo.catalog import ModelEntry
+from spacy_elmo.cli import app
+from spacy_elmo.download import (
+    DownloadError,
+    NotDownloadedError,
+    download,
+    fetch,
+    resolve_model,
+    sha256_of,
+)
+from spacy_elmo.manylangs import convert
+
+from .conftest import ALLENNLP
+
+MANYLANGS = Path(__file__).parent / "data" / "manylangs_tiny"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """Serves ``server.files`` (path -> bytes) with Range support; ``server.mode`` misbehaves on purpose:
+    "cut" sends half of a body then closes, "stall" sends half then goes silent."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        data = self.server.files.get(self.path)
+        if data is None:
+            self.send_error(404)
+            return
+        start = 0
+        if self.headers.get("Range"):
+            start = int(self.headers["Range"].split("=")[1].rstrip("-"))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        body = data[start:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        mode = self.server.modes.pop(self.path, None)
+        if mode in ("cut", "stall"):
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            if mode == "stall":
+                time.sleep(3)
+            return
+        self.wfile.write(body)
+
+
+@pytest.fixture()
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.files, httpd.modes = {}, {}
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _allennlp_entry(server, name="tiny-allennlp"):
+    server.files["/o.json"] = (ALLENNLP / "options.json").read_bytes()
+    server.files["/w.hdf5"] = (ALLENNLP / "lm_weights.hdf5").read_bytes()
+    return {name: ModelEntry(name, "allennlp", {"options": f"{server.url}/o.json", "weights": f"{server.url}/w.hdf5"},
+                             "test", "test", "test", "test", "test")}
+
+
+def test_download_then_load_by_name_gives_the_files_vectors(server, tmp_path, monkeypatch):
+    catalog = _allennlp_entry(server)
+    options, weights = download("tiny-allennlp", cache=tmp_path, progress=False, timeout=2, catalog=catalog)
+    assert sha256_of(weights) == sha256_of(ALLENNLP / "lm_weights.hdf5")
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
+    monkeypatch.setattr("spacy_elmo.download.get_entry", lambda name, catalog_=None: catalog["tiny-allennlp"])
+    by_name = ElmoEmbedder("tiny-allennlp").embed_sentence(["The", "cat", "."])
+    by_files = ElmoEmbedder(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5").embed_sentence(["The", "cat", "."])
+    np.testing.assert_array_equal(by_name, by_files)
+
+
+def test_interrupted_transfer_resumes_where_it_stopped(server, tmp_path):
+    server.files["/f"] = bytes(range(256)) * 4000
+    server.modes["/f"] = "cut"
+    with pytest.raises(DownloadError, match="ended early|stopped"):
+        fetch(f"{server.url}/f", tmp_path / "f", timeout=2, progress=False)
+    part = tmp_path / "f.part"
+    assert 0 < part.stat().st_size < len(server.files["/f"]) and not (tmp_path / "f").exists()
+    fetch(f"{server.url}/f", tmp_path / "f", timeout=2, progress=False)
+    assert (tmp_path / "f").read_bytes() == server.files["/f"] and not part.exists()
+
+
+def test_a_server_that_stops_answering_times_out(server, tmp_path):
+    server.files["/f"] = b"x" * 200_000
+    server.modes["/f"] = "stall"
+    with pytest.raises(DownloadError, match="run the same command again|Run the same command again"):
+        fetch(f"{server.url}/f", tmp_path / "f", timeout=0.5, progress=False)
+    assert not (tmp_path / "f").exists()
+
+
+def test_404_names_the_url(server, tmp_path):
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch(f"{server.url}/missing", tmp_path / "f", timeout=2, progress=False)
+
+
+def test_no_server_is_a_clear_error(tmp_path):
+    with pytest.raises(DownloadError, match="Cannot reach"):
+        fetch("http://127.0.0.1:9/x", tmp_path / "f", timeout=1, progress=False)
+
+
+def test_a_damaged_download_is_removed_and_never_used(server, tmp_path):
+    catalog = _allennlp_entry(server, "bad")
+    data = bytearray(server.files["/w.hdf5"])
+    data[len(data) // 2 : len(data) // 2 + 4096] = b"\xff" * 4096
+    server.files["/w.hdf5"] = bytes(data[: len(data) - 1000])
+    with pytest.raises(DownloadError, match="damaged"):
+        download("bad", cache=tmp_path, progress=False, timeout=2, catalog=catalog)
+    assert not (tmp_path / "bad" / "weights.hdf5").exists()
+    with pytest.raises(NotDownloadedError, match="python -m spacy_elmo download bad"):
+        resolve_model("bad", cache=tmp_path, catalog=catalog)
+
+
+def test_a_file_changed_after_download_is_refused(server, tmp_path):
+    catalog = _allennlp_entry(server)
+    _, weights = download("tiny-allennlp", cache=tmp_path, progress=False, timeout=2, catalog=catalog)
+    with open(weights, "r+b") as f:
+        f.seek(100)
+        f.write(b"\0")
+    with pytest.raises(NotDownloadedError, match="--force"):
+        resolve_model("tiny-allennlp", cache=tmp_path, catalog=catalog)
+
+
+def test_manylangs_archive_is_converted_on_download(server, tmp_path):
+    archive = tmp_path / "m.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in MANYLANGS.iterdir():
+            zf.write(path, f"de.model/{path.name}")
+    server.files["/142.zip"] = archive.read_bytes()
+    catalog = {"manylangs-xx": ModelEntry("manylangs-xx", "manylangs", {"archive": f"{server.url}/142.zip"},
+                                          "t", "t", "t", "t", "t")}
+    options, weights = download("manylangs-xx", cache=tmp_path / "cache", progress=False, timeout=2, catalog=catalog)
+    convert(MANYLANGS, tmp_path / "o.json", tmp_path / "w.hdf5")
+    sentence = ["the", "cat", "sat"]
+    np.testing.assert_array_equal(
+        ElmoEmbedder(options, weights).embed_sentence(sentence),
+        ElmoEmbedder(tmp_path / "o.json", tmp_path / "w.hdf5").embed_sentence(sentence),
+    )
+    kept = sorted(p.name for p in (tmp_path / "cache" / "manylangs-xx").iterdir())
+    assert kept == ["manifest.json", "options.json", "weights.hdf5"]  # the archive and extracted files are gone
+
+
+def test_cli_download_and_missing_model_messages(server, tmp_path, monkeypatch):
+    catalog = _allennlp_entry(server, "small")
+    monkeypatch.setattr("spacy_elmo.catalog.CATALOG", catalog)
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
+    runner = CliRunner()
+    missing = runner.invoke(app, ["embed", "in.txt", "out.h5", "--model", "small"])
+    assert missing.exit_code == 1 and "python -m spacy_elmo download small" in missing.output
+    done = runner.invoke(app, ["download", "small", "--quiet", "--timeout", "2"])
+    assert done.exit_code == 0, done.output
+    listed = runner.invoke(app, ["list"])
+    assert "* small" in listed.output
+    server.files.clear()
+    again = runner.invoke(app, ["download", "small", "--quiet"])  # already there: no network needed
+    assert again.exit_code == 0, again.output
+
+
+def test_pipeline_component_takes_a_model_name(server, tmp_path, monkeypatch):
+    import spacy
+
+    catalog = _allennlp_entry(server, "small")
+    monkeypatch.setattr("spacy_elmo.catalog.CATALOG", catalog)
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
+    nlp = spacy.blank("en")
+    with pytest.raises(NotDownloadedError, match="download small"):
+        nlp.add_pipe("elmo", config={"model": "small"})
+    download("small", progress=False, timeout=2)
+    nlp.add_pipe("elmo", config={"model": "small"})
+    doc = nlp("The cat sat .")
+    expected = ElmoEmbedder(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5").embed_sentence([t.text for t in doc])
+    np.testing.assert_allclose(doc._.elmo, expected.mean(axis=0), atol=1e-5)
