@@ -208,20 +208,44 @@ class SentenceStream:
 
         Files are known by name and line count, so a corpus moved to another folder still resumes.
         """
-        if state.get("version") != self.STATE_VERSION:
-            raise StreamStateError("The checkpoint's data position was written by an older spacy-elmo")
-        mine = (self.seed, [p.name for p in self.files], len(self.lines), self.rank, self.world_size)
-        theirs = (state["seed"], [Path(f).name for f in state["files"]], state["n_lines"], state["rank"], state["world_size"])
-        if mine != theirs:
+        self._check_same_text(state)
+        if (state["rank"], state["world_size"]) != (self.rank, self.world_size):
             raise StreamStateError(
-                "The checkpoint was written for other training files, another seed or another number of processes; "
-                "resume with the same --paths.train, seed and number of processes, or start a new OUTPUT_DIR"
+                f"The checkpoint's data position is rank {state['rank']} of {state['world_size']}; "
+                f"this is rank {self.rank} of {self.world_size}"
             )
         self.rng.setstate(_decode_random_state(state["rng"]))
         self.epoch, self.position = state["epoch"], state["position"]
         self.pending = [list(s) for s in state["pending"]]
         self.ready = [[list(s) for s in b] for b in state["ready"]]
         self._order = self._epoch_order()
+
+    def continue_epoch(self, states: Sequence[Dict[str, Any]]) -> None:
+        """Take up the epoch that another number of processes was reading, at the same share of it.
+
+        The model and optimizer of such a run resume exactly, the text nearly: the lines the old processes
+        held in their pools are not served, and a few lines near the old ranks' positions may be read
+        twice or not at all in this epoch.
+        """
+        for state in states:
+            self._check_same_text(state)
+        epoch = min(state["epoch"] for state in states)
+        share = len(self.lines) / len(states)
+        read = sum(state["position"] if state["epoch"] == epoch else share for state in states)
+        self.epoch, self.position = epoch, int(read) // self.world_size
+        self.pending, self.ready = [], []
+        self._order = self._epoch_order()
+
+    def _check_same_text(self, state: Dict[str, Any]) -> None:
+        if state.get("version") != self.STATE_VERSION:
+            raise StreamStateError("The checkpoint's data position was written by an older spacy-elmo")
+        mine = (self.seed, [p.name for p in self.files], len(self.lines))
+        theirs = (state["seed"], [Path(f).name for f in state["files"]], state["n_lines"])
+        if mine != theirs:
+            raise StreamStateError(
+                "The checkpoint was written for other training files or another seed; resume with the same "
+                "--paths.train and seed, or start a new OUTPUT_DIR"
+            )
 
 
 def _encode_random_state(state: tuple) -> list:

@@ -258,14 +258,9 @@ class Trainer:
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
         except Exception as err:
-            raise RuntimeError(
+            raise ResumeError(
                 f"Cannot read the checkpoint {path} ({err}). Move it away to start over, or restore a good copy."
             ) from None
-        if state["world_size"] != self.world:
-            raise RuntimeError(
-                f"{path} was written by {state['world_size']} processes, but {self.world} are running; resume with "
-                f"--nproc_per_node matching the original run"
-            )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:
@@ -273,14 +268,20 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"].cpu())
         if self.device.type == "cuda" and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
-        stream_state = json.loads(state["streams"])[self.rank]
-        if stream_state.get("version") == SentenceStream.STATE_VERSION:
-            self.stream.load_state_dict(stream_state)
-        else:
+        streams = json.loads(state["streams"])
+        if streams[0].get("version") != SentenceStream.STATE_VERSION:
             warnings.warn(
                 f"{path} holds its data position in an older spacy-elmo's form: the model and optimizer resume, "
                 "the training text starts a new shuffled epoch"
             )
+        elif len(streams) == self.world:
+            self.stream.load_state_dict(streams[self.rank])
+        else:
+            warnings.warn(
+                f"{path} was written by {len(streams)} processes and {self.world} are running: the model and "
+                "optimizer resume exactly, the training text continues at the same point of its epoch, shared anew"
+            )
+            self.stream.continue_epoch(streams)
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
 
     # -- training ----------------------------------------------------------------------------

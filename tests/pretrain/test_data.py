@@ -103,3 +103,16 @@ def test_a_moved_corpus_resumes_but_other_text_does_not(tmp_path):
     c = SentenceStream(resolve_files(str(moved)), str.split, batch_tokens=12, seed=5, pool_batches=3)
     with pytest.raises(StreamStateError):
         c.load_state_dict(a.state_dict())
+
+
+def test_another_number_of_processes_continues_at_the_same_share_of_the_epoch(tmp_path):
+    files = _corpus(tmp_path)  # 40 lines
+    ranks = [SentenceStream(files, str.split, batch_tokens=5, seed=3, rank=r, world_size=2, pool_batches=1) for r in (0, 1)]
+    for stream in ranks:
+        for _ in range(3):
+            stream.next_batch()  # a batch is one 5-token line: 3 of each rank's 20 lines
+    alone = SentenceStream(files, str.split, batch_tokens=5, seed=3, pool_batches=1)
+    alone.continue_epoch([s.state_dict() for s in ranks])
+    assert (alone.epoch, alone.position) == (0, 6)
+    with pytest.raises(StreamStateError, match="rank 0 of 2"):
+        alone.load_state_dict(ranks[0].state_dict())

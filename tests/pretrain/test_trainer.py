@@ -77,6 +77,15 @@ def test_two_processes_with_torchrun_end_with_identical_replicas(tmp_path):
         assert torch.equal(tensor, replicas[1][name]), name
     losses = [r["loss"] for r in _log(tmp_path / "out")]
     assert len(losses) == 3 and losses[-1] < losses[0]
+    # One process takes the run over: model and optimizer exactly, the text at the same point of its epoch.
+    typed, raw = load_config(tiny_config(14, checkpoint_every=12, log_every=4))
+    with pytest.warns(UserWarning, match="written by 2 processes and 1 are running"):
+        alone = Trainer(typed, raw, tmp_path / "out")
+    assert alone.step == 12
+    for name, tensor in replicas[0].items():
+        assert torch.equal(alone.model.state_dict()[name], tensor), name
+    alone.run(progress=False)
+    assert alone.step == 14
 
 
 def _repo_root():
