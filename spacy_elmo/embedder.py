@@ -75,7 +75,7 @@ class ElmoEmbedder:
 
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
         """Layers of each sentence, in order; see :meth:`embed_sentence`."""
-        batch = [list(s) for s in batch]
+        batch = _token_lists(batch)
         if not batch:
             return []
         with torch.inference_mode():
@@ -100,3 +100,15 @@ class ElmoEmbedder:
         layers, _, final = self.encoder(batch, self._carried.start(self.encoder, len(batch)))
         self._carried.update(final)
         return [layers[:, i, : len(s)] for i, s in enumerate(batch)]
+
+
+def _token_lists(batch: Sequence[Sequence[str]]) -> List[List[str]]:
+    """Each sentence as a list of tokens. A str where a sentence is expected is refused: iterating it would
+    silently embed its characters as one-character tokens."""
+    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in batch):
+        text = batch if isinstance(batch, str) else next(s for s in batch if isinstance(s, str))
+        raise TypeError(
+            f"ElmoEmbedder takes tokenised sentences, found the string {text[:40]!r}: pass a sentence as a list of "
+            f"tokens, e.g. embed_sentence(text.split()) or the words of a spaCy Doc, and a batch as a list of them"
+        )
+    return [list(sentence) for sentence in batch]
