@@ -12,6 +12,7 @@ import torch
 
 from .model.carried_state import CarriedState
 from .model.encoder import ElmoEncoder
+from .threads import DEFAULT_THREADS, check_threads, torch_threads
 from .weights import load_files
 from .default_model import DEFAULT_LANG, default_model_files
 
@@ -35,6 +36,8 @@ class ElmoEmbedder:
     cache_size: number of token vectors to keep (0: no cache); ``cache_words`` pre-fills it.
     max_batch_tokens: padded tokens per biLM batch in the stateless mode.
     lang: with no files given, use the model embedded for this language ("en" or "zh").
+    threads: torch CPU threads while embedding (default 1, never slow on a busy machine; more can help on idle
+        cores; None keeps torch's own setting). Set for each call only: other torch code is not affected.
     """
 
     def __init__(
@@ -48,9 +51,11 @@ class ElmoEmbedder:
         cache_words: Optional[Iterable[str]] = None,
         max_batch_tokens: int = 4096,
         lang: str = DEFAULT_LANG,
+        threads: Optional[int] = DEFAULT_THREADS,
     ):
         if (options_file is None) != (weight_file is None):
             raise ValueError("Give both options_file and weight_file, or neither (to use the embedded model)")
+        self.threads = check_threads(threads)
         if options_file is None:
             options_file, weight_file = default_model_files(lang)
         bilm = load_files(options_file, weight_file)
@@ -78,7 +83,7 @@ class ElmoEmbedder:
         batch = _token_lists(batch)
         if not batch:
             return []
-        with torch.inference_mode():
+        with torch.inference_mode(), torch_threads(self.threads):
             if self.stateful:
                 layers = self._embed_stateful(batch)
             else:
