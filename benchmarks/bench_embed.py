@@ -159,6 +159,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 initial_state="zeros",
                 cache_size=len(cache_words) if cached else 0,
                 cache_words=cache_words if cached else None,
+                threads=None,  # the torch thread count set by --threads
             )
             setup = time.perf_counter() - start
             for batch_size in batch_sizes:
