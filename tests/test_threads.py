@@ -32,9 +32,10 @@ def test_torch_threads_sets_and_restores(process_threads):
         assert torch.get_num_threads() == OUTSIDE
 
 
-@pytest.mark.parametrize("threads, during", [(1, 1), (2, 2), (None, OUTSIDE)])
-def test_embedder_uses_its_threads_only_while_embedding(process_threads, allennlp_files, monkeypatch, threads, during):
-    embedder = ElmoEmbedder(*allennlp_files, threads=threads) if threads != 1 else ElmoEmbedder(*allennlp_files)
+@pytest.mark.parametrize("settings, during", [({}, 1), ({"threads": 2}, 2), ({"threads": None}, OUTSIDE)])
+def test_embedder_uses_its_threads_only_while_embedding(process_threads, allennlp_files, monkeypatch, settings, during):
+    """No ``threads`` argument: the default, 1; ``None``: torch's own setting."""
+    embedder = ElmoEmbedder(*allennlp_files, **settings)
     seen = []
     embed = embedder.encoder.embed_sentences
     monkeypatch.setattr(embedder.encoder, "embed_sentences", lambda *a: seen.append(torch.get_num_threads()) or embed(*a))
