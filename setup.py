@@ -1,8 +1,15 @@
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# The version is written once, in spacy_elmo/about.py; reading it as text avoids importing torch here.
+ABOUT = Path(__file__).parent / "spacy_elmo" / "about.py"
+VERSION = re.search(r'^__version__ = "([^"]+)"', ABOUT.read_text(encoding="utf-8"), re.M).group(1)
 
 setup(
     name="spacy-elmo",
-    version="0.1.0",
+    version=VERSION,
     description="ELMo contextual word vectors for spaCy v3: a PyTorch biLM that reads AllenNLP/bilm-tf weights",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
@@ -15,11 +22,19 @@ setup(
         "spacy>=3.8,<3.9",
         "thinc>=8.3,<8.4",
         "srsly>=2.4",
+        "confection>=0.1",
+        "pydantic>=2,<3",
+        "typer>=0.9",
+        "tqdm>=4.38",
         "numpy>=1.21",
         "h5py>=3.0",
         "torch>=2.1,<2.14",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6", "matplotlib>=3.5"], "plot": ["matplotlib>=3.5"]},
+    extras_require={
+        # build: `spacy package` (the project's package step) builds the sdist with it
+        "test": ["pytest>=7", "hypothesis>=6", "matplotlib>=3.5", "ruff>=0.4", "build>=1"],
+        "plot": ["matplotlib>=3.5"],
+    },
     entry_points={
         "spacy_factories": ["elmo = spacy_elmo.pipeline.component:make_elmo"],
         "spacy_architectures": [

@@ -9,6 +9,7 @@ the uncached all-at-once run (max abs diff).
     python benchmarks/bench_embed.py            # from the repository root; reads ../shared/data
 """
 import argparse
+import functools
 import os
 import platform
 import sys
@@ -159,10 +160,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 initial_state="zeros",
                 cache_size=len(cache_words) if cached else 0,
                 cache_words=cache_words if cached else None,
+                threads=None,  # the torch thread count set by --threads
             )
             setup = time.perf_counter() - start
             for batch_size in batch_sizes:
-                seconds, cpu, result = best_time(lambda: run_embedder(embedder, sentences, batch_size), args.passes)
+                seconds, cpu, result = best_time(functools.partial(run_embedder, embedder, sentences, batch_size), args.passes)
                 if reference is None:
                     reference = result
                 diff = max(float(np.abs(a - b).max()) for a, b in zip(result, reference))

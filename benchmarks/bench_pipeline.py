@@ -54,13 +54,15 @@ def timed(run: Callable[[], object], repeats: int) -> float:
 
 
 def elmo_config(args: argparse.Namespace, **overrides) -> dict:
-    return {"options_file": args.options, "weight_file": args.weights, "max_batch_tokens": args.max_batch_tokens, **overrides}
+    """The component's settings; threads None: the torch thread count set by --threads."""
+    return {"options_file": args.options, "weight_file": args.weights, "max_batch_tokens": args.max_batch_tokens,
+            "threads": None, **overrides}
 
 
 def bench_inference(args: argparse.Namespace, sentences: List[List[str]]) -> Tuple[float, float]:
     """Words/s of ``ElmoEmbedder.embed_batch`` and of ``nlp.pipe`` on the same pre-tokenised sentences."""
     n_words = sum(map(len, sentences))
-    embedder = ElmoEmbedder(args.options, args.weights, max_batch_tokens=args.max_batch_tokens)
+    embedder = ElmoEmbedder(args.options, args.weights, max_batch_tokens=args.max_batch_tokens, threads=None)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(args))
     docs = [Doc(nlp.vocab, words=s) for s in sentences]

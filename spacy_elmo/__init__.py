@@ -1,4 +1,5 @@
 """spacy-elmo: ELMo contextual word vectors for spaCy, on a PyTorch biLM that reads AllenNLP/bilm-tf weights."""
+from .about import __version__
 from .embedder import ElmoEmbedder
 from .errors import ElmoError, ElmoOptionsError, ElmoWeightsError, TokenTruncationWarning
 from .model.bilm import BiLm
@@ -7,9 +8,8 @@ from .model.scalar_mix import ScalarMix
 from .options import ElmoOptions
 from .pipeline import Elmo
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     "BiLm",
     "Elmo",
     "ElmoEmbedder",

@@ -12,6 +12,7 @@ import torch
 
 from .model.carried_state import CarriedState
 from .model.encoder import ElmoEncoder
+from .threads import DEFAULT_THREADS, check_threads, torch_threads
 from .weights import load_files
 from .default_model import DEFAULT_LANG, default_model_files
 from .download import files_for
@@ -37,6 +38,8 @@ class ElmoEmbedder:
     cache_size: number of token vectors to keep (0: no cache); ``cache_words`` pre-fills it.
     max_batch_tokens: padded tokens per biLM batch in the stateless mode.
     lang: with no files given, use the model embedded for this language ("en" or "zh").
+    threads: torch CPU threads while embedding (default 1, never slow on a busy machine; more can help on idle
+        cores; None keeps torch's own setting). Set for each call only: other torch code is not affected.
     """
 
     def __init__(
@@ -50,10 +53,12 @@ class ElmoEmbedder:
         cache_words: Optional[Iterable[str]] = None,
         max_batch_tokens: int = 4096,
         lang: str = DEFAULT_LANG,
+        threads: Optional[int] = DEFAULT_THREADS,
     ):
         options_file, weight_file = files_for(options_file, weight_file)
         if (options_file is None) != (weight_file is None):
             raise ValueError("Give both options_file and weight_file, or neither (to use the embedded model)")
+        self.threads = check_threads(threads)
         if options_file is None:
             options_file, weight_file = default_model_files(lang)
         bilm = load_files(options_file, weight_file)
@@ -78,10 +83,10 @@ class ElmoEmbedder:
 
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
         """Layers of each sentence, in order; see :meth:`embed_sentence`."""
-        batch = [list(s) for s in batch]
+        batch = _token_lists(batch)
         if not batch:
             return []
-        with torch.inference_mode():
+        with torch.inference_mode(), torch_threads(self.threads):
             if self.stateful:
                 layers = self._embed_stateful(batch)
             else:
@@ -103,3 +108,15 @@ class ElmoEmbedder:
         layers, _, final = self.encoder(batch, self._carried.start(self.encoder, len(batch)))
         self._carried.update(final)
         return [layers[:, i, : len(s)] for i, s in enumerate(batch)]
+
+
+def _token_lists(batch: Sequence[Sequence[str]]) -> List[List[str]]:
+    """Each sentence as a list of tokens. A str where a sentence is expected is refused: iterating it would
+    silently embed its characters as one-character tokens."""
+    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in batch):
+        text = batch if isinstance(batch, str) else next(s for s in batch if isinstance(s, str))
+        raise TypeError(
+            f"ElmoEmbedder takes tokenised sentences, found the string {text[:40]!r}: pass a sentence as a list of "
+            f"tokens, e.g. embed_sentence(text.split()) or the words of a spaCy Doc, and a batch as a list of them"
+        )
+    return [list(sentence) for sentence in batch]

@@ -179,6 +179,11 @@ class ElmoOptions:
             raise ElmoOptionsError(f"ELMo options file not found: {path}") from None
         except OSError as err:
             raise ElmoOptionsError(f"Cannot read ELMo options file {path}: {err}") from None
+        except UnicodeDecodeError:
+            raise ElmoOptionsError(
+                f"ELMo options file {path} is not UTF-8 text (a weights .hdf5 file?); the options file is the "
+                f"model's options.json, the weights file its .hdf5"
+            ) from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:

@@ -78,8 +78,8 @@ def layout(options: ElmoOptions) -> Dict[str, _Entry]:
         for layer in range(options.n_layers):
             prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 
-            def cell(m: BiLm, s: str = stack, l: int = layer):
-                return getattr(m, s)[l]
+            def cell(m: BiLm, s: str = stack, i: int = layer):
+                return getattr(m, s)[i]
 
             def w0_get(m: BiLm, cell=cell) -> torch.Tensor:
                 return torch.cat((cell(m).w_input.detach(), cell(m).w_hidden.detach()))

@@ -28,3 +28,16 @@ def test_bad_arguments(allennlp_files):
         ElmoEmbedder(*allennlp_files, initial_state="random")
     with pytest.raises(ValueError, match="both"):
         ElmoEmbedder(allennlp_files[0])
+
+
+def test_a_string_is_refused_not_embedded_character_by_character(allennlp_files):
+    embedder = ElmoEmbedder(*allennlp_files)
+    for call in (
+        lambda: embedder.embed_sentence("The cat sat"),
+        lambda: embedder.embed_batch("The cat sat"),
+        lambda: embedder.embed_batch(["The", "cat", "sat"]),  # one sentence's tokens given as a batch
+        lambda: list(embedder.embed_sentences(["The cat sat"])),
+    ):
+        with pytest.raises(TypeError, match="list of tokens"):
+            call()
+    assert embedder.embed_sentence("The cat sat".split()).shape == (3, 3, 32)

@@ -1,7 +1,9 @@
 import json
+import re
 
 import pytest
 
+from spacy_elmo import ElmoEmbedder
 from spacy_elmo.errors import ElmoOptionsError
 from spacy_elmo.options import ElmoOptions, preset
 from tests.conftest import ALLENNLP
@@ -45,6 +47,15 @@ def test_missing_and_invalid_json_files(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ElmoOptionsError, match="bad.json.*not valid JSON"):
         ElmoOptions.from_file(tmp_path / "bad.json")
+
+
+def test_weights_file_given_as_options_names_the_file():
+    """The files swapped: the .hdf5 (binary, not UTF-8) read as options.json is an ElmoOptionsError, not a decode error."""
+    weights = ALLENNLP / "lm_weights.hdf5"
+    with pytest.raises(ElmoOptionsError, match=re.escape(str(weights)) + ".*not UTF-8 text"):
+        ElmoOptions.from_file(weights)
+    with pytest.raises(ElmoOptionsError, match="not UTF-8 text"):
+        ElmoEmbedder(weights, ALLENNLP / "options.json")
 
 
 def test_unknown_preset():

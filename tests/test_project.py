@@ -1,8 +1,9 @@
 """The spaCy project (project.yml): configs, converters, comparison, and `spacy project run all` on the sample.
 
 The end-to-end test copies the project to a temporary folder (nothing is written to the repository) and runs
-the `all` workflow with training capped by SPACY_CONFIG_OVERRIDES. It uses the English model embedded in the
-package when it is there, otherwise the tiny AllenNLP fixture biLM, and says which in its output.
+the `all` workflow with training capped at 2 steps by the project's vars, as the README's smoke test does. It
+uses the English model embedded in the package when it is there, otherwise the tiny AllenNLP fixture biLM, and
+says which in its output.
 """
 import importlib.util
 import json
@@ -10,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Tuple
 
@@ -20,7 +22,7 @@ from thinc.api import Config
 
 from spacy_elmo.default_model import DEFAULT_MODEL_DIR
 
-from .conftest import ALLENNLP, SHARED
+from .conftest import ALLENNLP, shared_data
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("ner", "tagger", "textcat")
@@ -181,12 +183,13 @@ def _elmo_vars():
     if (DEFAULT_MODEL_DIR / "options.json").exists() and (DEFAULT_MODEL_DIR / "weights.hdf5").exists():
         return "embedded", []
     options, weights = ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"
-    assert options.exists() and weights.exists(), f"fixture biLM missing under {ALLENNLP}"
     return "fixture", ["--vars.elmo_options", str(options), "--vars.elmo_weights", str(weights)]
 
 
-def _run_workflow(tmp_path: Path, workflow: str, *extra: str) -> Tuple[Path, subprocess.CompletedProcess]:
-    """``spacy project run WORKFLOW`` on a copy of the project, training capped at 2 steps."""
+def _run_workflow(
+    tmp_path: Path, workflow: str, *extra: str, config_overrides: str = ""
+) -> Tuple[Path, subprocess.CompletedProcess]:
+    """``spacy project run WORKFLOW`` on a copy of the project; ``config_overrides`` go to ``spacy train``."""
     project = tmp_path / "project"
     project.mkdir()
     for name in PROJECT_FILES:
@@ -196,9 +199,11 @@ def _run_workflow(tmp_path: Path, workflow: str, *extra: str) -> Tuple[Path, sub
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
-        "SPACY_CONFIG_OVERRIDES": "--training.max_steps=2 --training.eval_frequency=2",
     }
-    env.pop("WEASEL_CONFIG_OVERRIDES", None)
+    for name in ("WEASEL_CONFIG_OVERRIDES", "SPACY_CONFIG_OVERRIDES"):
+        env.pop(name, None)
+    if config_overrides:
+        env["SPACY_CONFIG_OVERRIDES"] = config_overrides
     cmd = [sys.executable, "-m", "spacy", "project", "run", workflow, str(project), *extra]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"spacy project run {workflow} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
@@ -208,7 +213,8 @@ def _run_workflow(tmp_path: Path, workflow: str, *extra: str) -> Tuple[Path, sub
 def test_project_run_all_on_the_sample(tmp_path):
     which, extra = _elmo_vars()
     print(f"ELMo weights for the workflow: {which}")
-    project, proc = _run_workflow(tmp_path, "all", *extra)
+    project, proc = _run_workflow(tmp_path, "all", "--vars.sample_max_steps", "2", "--vars.sample_eval_frequency", "2", *extra)
+    assert "SPACY_CONFIG_OVERRIDES" not in proc.stdout + proc.stderr  # the smoke test sets no deprecated variable
 
     for task in TASKS:
         for split in ("train", "dev", "test"):
@@ -234,13 +240,19 @@ def test_project_run_all_on_the_sample(tmp_path):
         assert (project / "metrics" / "sample" / "comparison.png").stat().st_size > 0
     sdists = list((project / "packages").glob("en_ner_elmo_sample-0.0.0/dist/en_ner_elmo_sample-0.0.0.tar.gz"))
     assert len(sdists) == 1, sorted(p.as_posix() for p in (project / "packages").rglob("*"))[:20]
+    with tarfile.open(sdists[0]) as sdist:
+        packaged = {Path(name).name: name for name in sdist.getnames()}
+        for name, source in (("LICENSE", "LICENSE.txt"), ("LICENSES_SOURCES", "README.md")):
+            assert sdist.extractfile(packaged[name]).read() == (ROOT / "assets" / "sample" / source).read_bytes()
     assert (project / "project.lock").exists()
 
 
 def test_project_weibo_workflow_trains_chinese_ner_with_the_embedded_chinese_model(tmp_path):
-    weibo = SHARED / "data" / "weibo_ner"
-    assert (weibo / "train.char.bio").exists(), f"Weibo NER missing under {weibo}"
-    project, _ = _run_workflow(tmp_path, "weibo", "--vars.weibo_dir", str(weibo))
+    weibo = shared_data("weibo_ner")
+    project, _ = _run_workflow(
+        tmp_path, "weibo", "--vars.weibo_dir", str(weibo),
+        config_overrides="--training.max_steps=2 --training.eval_frequency=2",
+    )
     config = Config().from_disk(project / "training" / "full" / "weibo" / "elmo" / "model-best" / "config.cfg")
     assert config["nlp"]["lang"] == "zh" and "elmo" in config["nlp"]["pipeline"]
     for kind in ("elmo", "baseline"):

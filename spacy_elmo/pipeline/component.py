@@ -17,6 +17,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..download import resolve_model
 from ..errors import ElmoWeightsError
+from ..threads import DEFAULT_THREADS, check_threads, torch_threads
 from .bilm_model import (
     DEFAULT_SETTINGS,
     bilm_options,
@@ -61,6 +62,7 @@ class ElmoOutput(NamedTuple):
         "set_tensor": False,
         "vector_hooks": False,
         "train_cache_mb": 1024,
+        "threads": DEFAULT_THREADS,
     },
 )
 def make_elmo(
@@ -80,6 +82,7 @@ def make_elmo(
     set_tensor: bool,
     vector_hooks: bool,
     train_cache_mb: float,
+    threads: Optional[int],
 ) -> "Elmo":
     """Build the ``elmo`` component; see :class:`Elmo` for the settings. ``model`` may be the name of a
     downloaded model (``config={"model": "original"}``), which stands for the default architecture with its files."""
@@ -103,6 +106,7 @@ def make_elmo(
         set_tensor=set_tensor,
         vector_hooks=vector_hooks,
         train_cache_mb=train_cache_mb,
+        threads=threads,
     )
 
 
@@ -123,7 +127,8 @@ class Elmo(TrainablePipe):
     the vectors to ``doc.tensor``; ``vector_hooks`` makes ``.vector`` / ``.similarity`` use them.
     With all four off nothing is stored (only listeners get the layers, in a slot that is not
     serialized). ``train_cache_mb``: memory for layers of training sentences (frozen,
-    stateless biLM only; 0 turns the cache off).
+    stateless biLM only; 0 turns the cache off). ``threads``: torch CPU threads while predicting
+    (default 1; null keeps torch's own setting), set for each call only, as for ``ElmoEmbedder``.
     """
 
     def __init__(
@@ -145,6 +150,7 @@ class Elmo(TrainablePipe):
         set_tensor: bool = False,
         vector_hooks: bool = False,
         train_cache_mb: float = 1024,
+        threads: Optional[int] = DEFAULT_THREADS,
     ):
         check_mix_spec(mix)
         if vector_hooks and not store_vectors:
@@ -173,6 +179,7 @@ class Elmo(TrainablePipe):
         self.set_tensor = set_tensor
         self.vector_hooks = vector_hooks
         self.layer_cache = LayerCache(int(train_cache_mb * 2**20))
+        self.threads = check_threads(threads)
         self._configure_model()
 
     def _configure_model(self) -> None:
@@ -231,6 +238,10 @@ class Elmo(TrainablePipe):
         """Layers (for listeners and ``store_layers``) and/or mixed vectors of each Doc; nothing if nothing is stored."""
         docs = list(docs)
         _single_thread_in_worker_process()
+        with torch_threads(self.threads):
+            return self._predict(docs)
+
+    def _predict(self, docs: List[Doc]) -> List[ElmoOutput]:
         need_layers = self.store_layers or bool(self.listener_map)
         need_vectors = self.store_vectors or self.set_tensor
         if need_layers:

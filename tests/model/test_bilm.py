@@ -1,4 +1,4 @@
-"""The biLM against the reference implementations' own fixtures (see ../shared/data/elmo_fixture/README.md)."""
+"""The biLM against the reference implementations' own fixtures (see tests/fixtures/elmo/README.md)."""
 import json
 
 import h5py

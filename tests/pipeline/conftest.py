@@ -6,9 +6,8 @@ import pytest
 import spacy
 from spacy.language import Language
 
-from ..conftest import ALLENNLP, SHARED
+from ..conftest import ALLENNLP, shared_data
 
-CONLL_TRAIN = SHARED / "data" / "conll2003" / "train.txt"
 OPTIONS, WEIGHTS = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")
 
 
@@ -23,10 +22,13 @@ def make_nlp(**overrides) -> Language:
     return nlp
 
 
+def conll_train() -> Path:
+    """CoNLL-2003's training file (research-only: read from ../shared, the test skips without it)."""
+    return shared_data("conll2003") / "train.txt"
+
+
 def read_conll(path: Path, n_sentences: int) -> List[List[Tuple[str, str]]]:
     """The first ``n_sentences`` sentences of a CoNLL-2003 file as (word, NER tag) pairs."""
-    if not path.exists():
-        pytest.skip(f"CoNLL-2003 data not found at {path}")
     sentences, current = [], []
     with path.open(encoding="utf-8") as f:
         for line in f:

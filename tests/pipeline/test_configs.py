@@ -7,7 +7,7 @@ from spacy.cli.train import train
 from spacy.tokens import Doc, DocBin
 from spacy.util import load_model
 
-from .conftest import CONLL_TRAIN, OPTIONS, WEIGHTS, read_conll
+from .conftest import OPTIONS, WEIGHTS, conll_train, read_conll
 
 CONFIGS = Path(__file__).resolve().parents[2] / "spacy_elmo" / "pipeline" / "configs"
 
@@ -19,7 +19,7 @@ def corpus(tmp_path_factory) -> Path:
 
     vocab = spacy.blank("en").vocab
     docbin = DocBin()
-    for sentence in read_conll(CONLL_TRAIN, 12):
+    for sentence in read_conll(conll_train(), 12):
         words, ents = [w for w, _ in sentence], [t for _, t in sentence]
         doc = Doc(vocab, words=words, ents=ents, tags=[t.split("-")[-1] for t in ents])
         has_entity = any(t != "O" for t in ents)

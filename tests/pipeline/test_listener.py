@@ -10,7 +10,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Model, fix_random_seed
 
-from .conftest import CONLL_TRAIN, elmo_config, read_conll
+from .conftest import conll_train, elmo_config, read_conll
 
 NER_CONFIG = {
     "model": {
@@ -36,7 +36,7 @@ def ner_pipeline(**elmo_overrides) -> Language:
 
 def conll_examples(nlp: Language) -> List[Example]:
     examples = []
-    for sentence in read_conll(CONLL_TRAIN, N_SENTENCES):
+    for sentence in read_conll(conll_train(), N_SENTENCES):
         words, tags = [w for w, _ in sentence], [t for _, t in sentence]
         examples.append(Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, ents=tags)))
     return examples
