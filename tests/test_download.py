@@ -1,6 +1,5 @@
 """Downloading named models from a local HTTP server: resume, damage, 404, stalls, and loading by name."""
 import http.server
-import shutil
 import threading
 import time
 import zipfile

@@ -272,14 +272,16 @@ class Trainer:
         if streams[0].get("version") != SentenceStream.STATE_VERSION:
             warnings.warn(
                 f"{path} holds its data position in an older spacy-elmo's form: the model and optimizer resume, "
-                "the training text starts a new shuffled epoch"
+                "the training text starts a new shuffled epoch",
+                stacklevel=2,
             )
         elif len(streams) == self.world:
             self.stream.load_state_dict(streams[self.rank])
         else:
             warnings.warn(
                 f"{path} was written by {len(streams)} processes and {self.world} are running: the model and "
-                "optimizer resume exactly, the training text continues at the same point of its epoch, shared anew"
+                "optimizer resume exactly, the training text continues at the same point of its epoch, shared anew",
+                stacklevel=2,
             )
             self.stream.continue_epoch(streams)
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
