@@ -28,7 +28,8 @@ from .bilm_model import (
     reset_state,
     segment_words,
 )
-from .extensions import install_extensions, install_vector_hooks, set_listener_layers, to_numpy_f32
+from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
+from .handoff import LayerHandoff
 from .layer_cache import LayerCache
 from .listener import ElmoListenerLayer, replace_listener, replace_listener_cfg
 from .mix import MixSpec, check_mix_spec, fixed_mix_weights
@@ -115,8 +116,8 @@ class Elmo(TrainablePipe):
     On Docs: ``mix`` (``"average"``, ``"top"`` or one weight per layer) gives ``Doc._.elmo``
     when ``store_vectors``; ``store_layers`` keeps ``Doc._.elmo_layers``; ``set_tensor`` copies
     the vectors to ``doc.tensor``; ``vector_hooks`` makes ``.vector`` / ``.similarity`` use them.
-    With all four off nothing is stored (only listeners get the layers, in a slot that is not
-    serialized). ``train_cache_mb``: memory for layers of training sentences (frozen,
+    With all four off nothing is stored: listeners get the layers through the component's
+    :class:`LayerHandoff`, which releases each Doc's layers once every listener has read them. ``train_cache_mb``: memory for layers of training sentences (frozen,
     stateless biLM only; 0 turns the cache off).
     """
 
@@ -150,6 +151,7 @@ class Elmo(TrainablePipe):
         self.model = model
         self.name = name
         self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
+        self.handoff = LayerHandoff()
         self.cfg: Dict[str, Any] = {}
         self.bilm_settings = dict(
             options_file=options_file,
@@ -194,6 +196,7 @@ class Elmo(TrainablePipe):
         listeners = self.listener_map.setdefault(component_name, [])
         if listener not in listeners:
             listeners.append(listener)
+        listener.link(self.handoff)
         if is_loaded(self.model):
             self._set_listener_dims(listener)
 
@@ -202,6 +205,7 @@ class Elmo(TrainablePipe):
         if listener not in listeners:
             return False
         listeners.remove(listener)
+        listener.unlink(self.handoff)
         if not listeners:
             del self.listener_map[component_name]
         return True
@@ -242,10 +246,11 @@ class Elmo(TrainablePipe):
         return self.model.ops.xp.tensordot(self._mix_weights(), layers, axes=1)
 
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
-        """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the listeners' slot."""
+        """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the handoff to the listeners."""
+        listeners = self.listeners
         for doc, (layers, vectors) in zip(docs, outputs):
-            if layers is not None and self.listener_map:
-                set_listener_layers(doc, layers)
+            if layers is not None and listeners:
+                self.handoff.put(doc, layers, listeners)
             if self.store_layers:
                 doc._.elmo_layers = to_numpy_f32(layers)
             if vectors is not None:

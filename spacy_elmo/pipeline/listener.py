@@ -6,7 +6,9 @@ token embedding. :class:`ElmoListenerLayer` is the node the ``elmo`` component f
 
 During training the ``elmo`` component's ``update`` hands every listener the batch's layers
 with a backprop callback (or :func:`frozen_backprop` when the biLM is frozen). At prediction,
-and when the ``elmo`` component is frozen but annotating, the layers come from the Doc.
+and when the ``elmo`` component is frozen but annotating, each Doc's layers come from the
+component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, which lets them go once every
+listener has read them.
 
 ``nlp.replace_listeners`` swaps the :class:`ElmoListenerLayer` for a copy of the component's
 biLM model; the config becomes ``spacy_elmo.ElmoEmbedding.v1`` with the same mix settings.
@@ -21,7 +23,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..default_model import DEFAULT_LANG
 from .bilm_model import DEFAULT_SETTINGS, build_bilm_model, configure_bilm_model, frozen_backprop
-from .extensions import get_listener_layers
+from .handoff import LayerHandoff
 from .mix import build_scalar_mix
 
 TokVecModel = Model[List[Doc], List[Floats2d]]
@@ -42,6 +44,23 @@ class ElmoListenerLayer(Model):
         self._batch_id: Optional[int] = None
         self._outputs: Optional[List[Floats3d]] = None
         self._backprop: Optional[Callable] = None
+        self._handoffs: List[LayerHandoff] = []
+
+    def link(self, handoff: LayerHandoff) -> None:
+        """Read prediction-time layers from ``handoff`` (that of an ``elmo`` component this listens to)."""
+        if all(h is not handoff for h in self._handoffs):
+            self._handoffs.append(handoff)
+
+    def unlink(self, handoff: LayerHandoff) -> None:
+        self._handoffs = [h for h in self._handoffs if h is not handoff]
+
+    def take_layers(self, doc: Doc) -> Optional[Floats3d]:
+        """This listener's read of the layers an ``elmo`` component left for ``doc`` (None if none)."""
+        for handoff in self._handoffs:
+            layers = handoff.take(doc, self)
+            if layers is not None:
+                return layers
+        return None
 
     @classmethod
     def get_batch_id(cls, docs: List[Doc]) -> int:
@@ -60,6 +79,8 @@ class ElmoListenerLayer(Model):
 def _listener_forward(model: ElmoListenerLayer, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     if is_train and model._batch_id is not None:
         model.verify_inputs(docs)
+        for doc in docs:  # an annotating upstream component also left them per Doc: this batch came by receive()
+            model.take_layers(doc)
         outputs, upstream_backprop = model._outputs, model._backprop
         if upstream_backprop is frozen_backprop:
             return outputs, frozen_backprop
@@ -71,7 +92,7 @@ def _listener_forward(model: ElmoListenerLayer, docs: List[Doc], is_train: bool)
         return outputs, backprop
     outputs = []
     for doc in docs:
-        layers = get_listener_layers(doc)
+        layers = model.take_layers(doc)
         if layers is None:
             if is_train:  # the upstream component is frozen and not annotating, so nothing reached us
                 raise ValueError(Errors.E203.format(name="elmo"))
