@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 
 import srsly
 import torch
-from spacy.language import Language
+from spacy.language import Language, _apply_pipes
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
@@ -425,6 +425,10 @@ class Elmo(TrainablePipe):
 
 
 def _single_thread_in_worker_process() -> None:
-    """In a worker of ``nlp.pipe(n_process=...)`` use one torch thread, so workers do not oversubscribe cores."""
-    if multiprocessing.parent_process() is not None and torch.get_num_threads() != 1:
+    """In a worker of ``nlp.pipe(n_process=...)`` use one torch thread, so workers do not oversubscribe cores.
+
+    Other child processes (a user's own pool, a DDP rank) keep their thread setting. spaCy starts
+    its workers with ``spacy.language._apply_pipes`` as their target, which is how they are told apart.
+    """
+    if getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes and torch.get_num_threads() != 1:
         torch.set_num_threads(1)
