@@ -13,11 +13,10 @@ import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Tuple
 
 from .errors import ElmoOptionsError
-
-PathLike = Union[str, Path]
+from .files import PathLike
 
 ACTIVATIONS = ("relu", "tanh")
 

@@ -6,15 +6,14 @@ needs matplotlib, an optional extra (``pip install "spacy-elmo[plot]"``), import
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 from spacy.language import Language
 from thinc.api import Model
 
 from .errors import ElmoError
-
-PathLike = Union[str, Path]
+from .files import PathLike
 MIX_NODE = "elmo_scalar_mix"  # name of the thinc layer built by spacy_elmo.pipeline.mix.build_scalar_mix
 TRAIN_KEYS = ("tokens_seen", "loss", "train_ppl")
 EVAL_KEYS = ("tokens_seen", "forward_ppl", "backward_ppl", "average_ppl")

@@ -32,7 +32,7 @@ from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
 from .listener import ElmoListenerLayer, replace_listener, replace_listener_cfg
-from .mix import MixSpec, check_mix_spec, fixed_mix_weights
+from ..layer_mix import MixSpec, check_mix_spec, fixed_mix_weights
 
 DEFAULT_MODEL_CONFIG = """
 [model]
