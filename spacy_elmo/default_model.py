@@ -39,8 +39,8 @@ def check_model_files(
     """Refuse one file without the other (``names``: what the caller calls the two settings, for the message)."""
     if (options_file is None) != (weight_file is None):
         raise ValueError(
-            f"Give both {names[0]} (the biLM's options.json) and {names[1]} (its weights .hdf5), or neither to use "
-            f"the ELMo model embedded in spacy-elmo"
+            f"Give both {names[0]} and {names[1]} (the biLM's options.json and its weights .hdf5), or neither to "
+            f"use the ELMo model embedded in spacy-elmo"
         )
 
 

@@ -11,7 +11,7 @@ component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, which lets them 
 listener has read them.
 
 ``nlp.replace_listeners`` swaps the :class:`ElmoListenerLayer` for a copy of the component's
-biLM model; the config becomes ``spacy_elmo.ElmoEmbedding.v1`` with the same mix settings.
+biLM model; the config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings.
 """
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -22,7 +22,8 @@ from thinc.api import Model, concatenate
 from thinc.types import Floats2d, Floats3d
 
 from ..default_model import DEFAULT_LANG
-from .bilm_model import DEFAULT_SETTINGS, build_bilm_model, configure_bilm_model, frozen_backprop
+from ..model.encoder import DEFAULT_INITIAL_STATE
+from .bilm_model import bilm_config, build_bilm_model_v2, configure_bilm_model, frozen_backprop
 from .handoff import LayerHandoff
 from .mix import build_scalar_mix
 
@@ -128,14 +129,34 @@ def build_elmo_listener(
     return _mix_head(ElmoListenerLayer(upstream), layer_norm, dropout, l2, embed)
 
 
+@registry.architectures("spacy_elmo.ElmoEmbedding.v2")
+def build_elmo_embedding_v2(
+    bilm: Model[List[Doc], List[Floats3d]],
+    frozen: bool = True,
+    lang: str = DEFAULT_LANG,
+    layer_norm: bool = False,
+    dropout: float = 0.0,
+    l2: float = 0.0,
+    embed: Optional[TokVecModel] = None,
+) -> TokVecModel:
+    """A component's own biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
+
+    bilm: the biLM model (``spacy_elmo.ElmoBiLm.v2``). frozen: keep its weights fixed. lang: the
+    pipeline's language, whose embedded model is used when ``bilm`` names no files. The rest as
+    in ``ElmoListener.v1``.
+    """
+    configure_bilm_model(bilm, frozen=frozen, lang=lang)
+    return _mix_head(bilm, layer_norm, dropout, l2, embed)
+
+
 @registry.architectures("spacy_elmo.ElmoEmbedding.v1")
 def build_elmo_embedding(
     options_file: Optional[str] = None,
     weight_file: Optional[str] = None,
-    initial_state: str = DEFAULT_SETTINGS["initial_state"],
+    initial_state: str = DEFAULT_INITIAL_STATE,
     stateful: bool = False,
-    max_batch_tokens: int = DEFAULT_SETTINGS["max_batch_tokens"],
-    max_sentence_tokens: int = DEFAULT_SETTINGS["max_sentence_tokens"],
+    max_batch_tokens: int = 4096,
+    max_sentence_tokens: int = 256,
     frozen: bool = True,
     layer_norm: bool = False,
     dropout: float = 0.0,
@@ -143,24 +164,16 @@ def build_elmo_embedding(
     embed: Optional[TokVecModel] = None,
     lang: str = DEFAULT_LANG,
 ) -> TokVecModel:
-    """A component's own copy of the biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
-
-    The biLM settings mean what they mean on the ``elmo`` component (``lang``: the language whose embedded
-    model is used when no files are given); the rest as in ``ElmoListener.v1``.
-    """
-    bilm = build_bilm_model()
-    configure_bilm_model(
-        bilm,
+    """``ElmoEmbedding.v2`` as spacy-elmo 0.1.0 wrote it, with the biLM settings in the block itself."""
+    bilm = build_bilm_model_v2(
         options_file=options_file,
         weight_file=weight_file,
         initial_state=initial_state,
         stateful=stateful,
         max_batch_tokens=max_batch_tokens,
         max_sentence_tokens=max_sentence_tokens,
-        frozen=frozen,
-        lang=lang,
     )
-    return _mix_head(bilm, layer_norm, dropout, l2, embed)
+    return build_elmo_embedding_v2(bilm, frozen, lang, layer_norm, dropout, l2, embed)
 
 
 def replace_listener(bilm_copy: Model, listener: ElmoListenerLayer, pipe: Any) -> Model:
@@ -168,16 +181,19 @@ def replace_listener(bilm_copy: Model, listener: ElmoListenerLayer, pipe: Any) -
     return bilm_copy
 
 
-def replace_listener_cfg(settings: Dict[str, Any], bilm_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict:
-    """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` config block as ``ElmoEmbedding.v1``.
+def replace_listener_cfg(settings: Dict[str, Any], component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict:
+    """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` block as ``ElmoEmbedding.v2``.
 
-    ``settings`` are the component's biLM settings (bound with ``functools.partial``).
+    ``settings`` are the component's biLM model's settings as they stand (bound with
+    ``functools.partial``): they come from its architecture block, or from the factory keys of a
+    0.1.0 config, so they, not ``component_model_cfg``, become the new block's ``bilm``.
     """
     if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
         raise ValueError(
             f"replace_listeners: expected a 'spacy_elmo.ElmoListener.v1' block, found {listener_cfg.get('@architectures')!r}"
         )
     new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}
-    new_cfg.update(settings)
-    new_cfg["@architectures"] = "spacy_elmo.ElmoEmbedding.v1"
+    new_cfg.update(
+        {"@architectures": "spacy_elmo.ElmoEmbedding.v2", "bilm": bilm_config(settings), "frozen": settings["frozen"], "lang": settings["lang"]}
+    )
     return new_cfg

@@ -34,3 +34,20 @@ def test_v1_pipeline_tags_as_it_did_when_saved(loaded_v1):
     for i, doc in enumerate(docs):
         np.testing.assert_allclose(scores[i], expected[f"tag_scores_{i}"], rtol=1e-5, atol=1e-6)
         assert [t.tag_ for t in doc] == expected[f"tags_{i}"].tolist()
+
+
+def test_v1_pipeline_replaces_its_listener_with_its_own_settings():
+    nlp = spacy.load(FIXTURES / "saved_v1")
+    nlp.replace_listeners("elmo", "tagger", ["model.tok2vec"])
+    bilm = nlp.config["components"]["tagger"]["model"]["tok2vec"]["bilm"]
+    assert bilm["@architectures"] == "spacy_elmo.ElmoBiLm.v2"
+    saved = nlp.config["components"]["elmo"]  # the 0.1.0 keys, as make_saved_v1.py gave them
+    assert {key: bilm[key] for key in ("initial_state", "max_sentence_tokens", "max_batch_tokens")} == {
+        "initial_state": saved["initial_state"],
+        "max_sentence_tokens": saved["max_sentence_tokens"],
+        "max_batch_tokens": saved["max_batch_tokens"],
+    }
+    expected = np.load(FIXTURES / "saved_v1_expected.npz")
+    docs = [nlp.make_doc(text) for text in PROBES]
+    for i, scores in enumerate(nlp.get_pipe("tagger").model.predict(docs)):
+        np.testing.assert_allclose(scores, expected[f"tag_scores_{i}"], rtol=1e-5, atol=1e-6)
