@@ -33,7 +33,7 @@ class LearnedMix:
 
 
 def learned_mixes(nlp: Language) -> List[LearnedMix]:
-    """The mix of every ``ElmoListener.v1`` / ``ElmoEmbedding.v1`` in the pipeline, in pipeline order.
+    """The mix of every ``ElmoListener.v1`` / ``ElmoEmbedding`` in the pipeline, in pipeline order.
 
     A component with several mixes gets them as ``name``, ``name#2``, ...
     """
@@ -51,7 +51,7 @@ def learned_mixes(nlp: Language) -> List[LearnedMix]:
     if not mixes:
         raise PlotError(
             "No ELMo listener in this pipeline: only components whose tok2vec is spacy_elmo.ElmoListener.v1 (or "
-            "ElmoEmbedding.v1) learn a layer mix"
+            "ElmoEmbedding) learn a layer mix"
         )
     return mixes
 
