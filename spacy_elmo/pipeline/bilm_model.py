@@ -68,15 +68,8 @@ def build_bilm_model_v2(
         dims={"nO": None, "nL": None},
         attrs=dict(OWNER_SETTINGS),
     )
-    configure_bilm_model(
-        model,
-        options_file=options_file,
-        weight_file=weight_file,
-        initial_state=initial_state,
-        stateful=stateful,
-        max_batch_tokens=max_batch_tokens,
-        max_sentence_tokens=max_sentence_tokens,
-    )
+    values = (options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
+    configure_bilm_model(model, **dict(zip(BILM_SETTINGS, values)))
     return model
 
 

@@ -18,6 +18,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..errors import ElmoWeightsError
 from .bilm_model import (
+    BILM_SETTINGS,
     bilm_options,
     bilm_settings,
     configure_bilm_model,
@@ -86,15 +87,8 @@ def make_elmo(
     ``options_file`` ... ``max_sentence_tokens`` are the biLM's settings (``ElmoBiLm.v2``), still
     taken here as spacy-elmo 0.1.0 took them: those given (not null) replace the model's.
     """
-    given = dict(
-        options_file=options_file,
-        weight_file=weight_file,
-        initial_state=initial_state,
-        stateful=stateful,
-        max_batch_tokens=max_batch_tokens,
-        max_sentence_tokens=max_sentence_tokens,
-    )
-    configure_bilm_model(model, **{key: value for key, value in given.items() if value is not None})
+    values = (options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
+    configure_bilm_model(model, **{key: value for key, value in zip(BILM_SETTINGS, values) if value is not None})
     return Elmo(
         nlp.vocab,
         model,
