@@ -17,6 +17,7 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
 from ..errors import ElmoWeightsError
+from ..layer_mix import MixSpec, check_mix_spec, fixed_mix_weights
 from .bilm_model import (
     BILM_SETTINGS,
     bilm_options,
@@ -34,7 +35,6 @@ from .handoff import LayerHandoff
 from .layer_cache import LayerCache
 from .listener import ElmoListenerLayer, replace_listener, replace_listener_cfg
 from .segments import doc_segments, segment_words
-from ..layer_mix import MixSpec, check_mix_spec, fixed_mix_weights
 
 DEFAULT_MODEL_CONFIG = """
 [model]

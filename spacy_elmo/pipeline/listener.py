@@ -187,6 +187,11 @@ def replace_listener_cfg(settings: Dict[str, Any], component_model_cfg: Dict[str
         )
     new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}
     new_cfg.update(
-        {"@architectures": "spacy_elmo.ElmoEmbedding.v2", "bilm": bilm_config(settings), "frozen": settings["frozen"], "lang": settings["lang"]}
+        {
+            "@architectures": "spacy_elmo.ElmoEmbedding.v2",
+            "bilm": bilm_config(settings),
+            "frozen": settings["frozen"],
+            "lang": settings["lang"],
+        }
     )
     return new_cfg
