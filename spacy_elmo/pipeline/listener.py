@@ -55,6 +55,11 @@ class ElmoListenerLayer(Model):
     def unlink(self, handoff: LayerHandoff) -> None:
         self._handoffs = [h for h in self._handoffs if h is not handoff]
 
+    def release_layers(self, doc: Doc) -> None:
+        """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread."""
+        for handoff in self._handoffs:
+            handoff.release(doc, self)
+
     def take_layers(self, doc: Doc) -> Optional[Floats3d]:
         """This listener's read of the layers an ``elmo`` component left for ``doc`` (None if none)."""
         for handoff in self._handoffs:
@@ -81,7 +86,7 @@ def _listener_forward(model: ElmoListenerLayer, docs: List[Doc], is_train: bool)
     if is_train and model._batch_id is not None:
         model.verify_inputs(docs)
         for doc in docs:  # an annotating upstream component also left them per Doc: this batch came by receive()
-            model.take_layers(doc)
+            model.release_layers(doc)
         outputs, upstream_backprop = model._outputs, model._backprop
         if upstream_backprop is frozen_backprop:
             return outputs, frozen_backprop

@@ -4,13 +4,14 @@ import warnings
 from typing import List
 
 import numpy as np
+import pytest
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Adam, fix_random_seed
 
-from spacy_elmo.pipeline.handoff import LayerHandoff
+from spacy_elmo.pipeline.handoff import LayerHandoff, LayersAlreadyReadError
 
 from .conftest import elmo_config
 
@@ -69,12 +70,13 @@ def test_layers_wait_for_every_listening_component_then_go():
     assert len(handoff) == 0
 
 
-def test_a_listener_reads_a_doc_s_layers_once():
+def test_a_listener_reads_a_doc_s_layers_once_and_a_second_read_says_why_it_fails():
     nlp = tagger_pipeline()
     doc = nlp.get_pipe("elmo")(nlp.make_doc("Dogs bark ."))
-    (listener,) = nlp.get_pipe("elmo").listeners
-    assert listener.take_layers(doc).shape == (3, 3, 32)
-    assert listener.take_layers(doc) is None
+    nlp.get_pipe("tagger")(doc)
+    with pytest.raises(LayersAlreadyReadError, match="run the Doc through the 'elmo' component again"):
+        nlp.get_pipe("tagger")(doc)
+    nlp.get_pipe("tagger")(nlp.get_pipe("elmo")(doc))  # annotated again: read again
 
 
 def test_an_unread_entry_goes_with_its_doc():
