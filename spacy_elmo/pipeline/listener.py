@@ -170,7 +170,8 @@ def build_elmo_embedding(
     lang: str = DEFAULT_LANG,
 ) -> TokVecModel:
     """``ElmoEmbedding.v2`` as spacy-elmo 0.1.0 wrote it, with the biLM settings in the block itself."""
-    bilm = build_bilm_model_v2(options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
+    values = (options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
+    bilm = build_bilm_model_v2(*values)
     return build_elmo_embedding_v2(bilm, frozen, lang, layer_norm, dropout, l2, embed)
 
 
