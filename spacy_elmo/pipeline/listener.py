@@ -180,7 +180,9 @@ def replace_listener(bilm_copy: Model, listener: ElmoListenerLayer, pipe: Any) -
     return bilm_copy
 
 
-def replace_listener_cfg(settings: Dict[str, Any], component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict:
+def replace_listener_cfg(
+    settings: Dict[str, Any], component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]
+) -> Dict:
     """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` block as ``ElmoEmbedding.v2``.
 
     ``settings`` are the component's biLM model's settings as they stand (bound with
