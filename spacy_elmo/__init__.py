@@ -4,7 +4,6 @@ from .embedder import ElmoEmbedder
 from .errors import ElmoError, ElmoOptionsError, ElmoWeightsError, TokenTruncationWarning
 from .model.bilm import BiLm
 from .model.encoder import ElmoEncoder
-from .model.scalar_mix import ScalarMix
 from .options import ElmoOptions
 from .pipeline import Elmo
 
@@ -18,6 +17,5 @@ __all__ = [
     "ElmoOptions",
     "ElmoOptionsError",
     "ElmoWeightsError",
-    "ScalarMix",
     "TokenTruncationWarning",
 ]

@@ -19,22 +19,22 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import h5py
 import numpy as np
 from spacy.util import minibatch
 from tqdm import tqdm
 
-from .default_model import default_model_files
-from .embedder import DEFAULT_INITIAL_STATE, ElmoEmbedder
+from .default_model import check_model_files, model_files
+from .embedder import ElmoEmbedder
 from .errors import ElmoError
-from .model.encoder import INITIAL_STATES
+from .files import PathLike
+from .layer_mix import fixed_mix_weights
+from .model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
 from .options import ElmoOptions
-from .pretrain.data import make_tokenizer, open_text, split_long
+from .text import Tokenizer, make_tokenizer, open_text, split_long
 
-PathLike = Union[str, Path]
-Tokenizer = Callable[[str], List[str]]
 LAYER_MODES = ("all", "top", "average", "mix")
 FORMAT = "spacy-elmo-embeddings/1"
 SHARD_PLACEHOLDER = "{shard}"
@@ -125,18 +125,17 @@ class EmbedSettings:
             raise EmbedError(f"--layers must be one of {', '.join(LAYER_MODES)}, found {self.layers!r}")
         if (self.layers == "mix") != (self.mix_weights is not None):
             raise EmbedError("--layers mix needs --mix-weights (one weight per layer, e.g. 0.2,0.5,0.3), and only mix uses them")
-        if self.initial_state not in INITIAL_STATES:
-            raise EmbedError(f"--initial-state must be one of {', '.join(INITIAL_STATES)}, found {self.initial_state!r}")
         if self.max_tokens < 1:
             raise EmbedError(f"--max-tokens must be at least 1, found {self.max_tokens}")
-        if (self.options_file is None) != (self.weight_file is None):
-            raise EmbedError("Give both --options and --weights, or neither (for the embedded model)")
+        try:
+            check_initial_state(self.initial_state, "--initial-state")
+            check_model_files(self.options_file, self.weight_file, ("--options", "--weights"))
+        except ValueError as err:
+            raise EmbedError(str(err)) from None
 
     def model_files(self) -> Tuple[Path, Path]:
         """The biLM's options and weights files (the embedded model's when none were given)."""
-        if self.options_file is None:
-            return default_model_files(self.lang)
-        return Path(self.options_file), Path(self.weight_file)  # type: ignore[arg-type]
+        return model_files(self.options_file, self.weight_file, self.lang)
 
     def record(self, input_path: Path) -> str:
         """The JSON kept in the output's ``settings`` attribute (paths made absolute)."""
@@ -156,21 +155,20 @@ class EmbedSettings:
         """What is stored of one line's ``(n_layers + 1, n_tokens, dim)`` layers."""
         if self.layers == "all":
             return layers
-        if self.layers == "top":
-            return layers[-1]
-        if self.layers == "average":
-            return layers.mean(axis=0)
-        weights = np.asarray(self.mix_weights, dtype=np.float32)
-        return (np.float32(self.gamma) * np.tensordot(weights, layers, axes=1)).astype(np.float32)
+        weights = np.float32(self.gamma) * self.mix_weights_for(layers.shape[0])
+        return np.tensordot(weights, layers, axes=1).astype(np.float32, copy=False)
+
+    def mix_weights_for(self, n_layers: int) -> np.ndarray:
+        """The fixed mix of ``--layers top``, ``average`` or ``mix`` (before ``gamma``) for ``n_layers`` layers."""
+        try:
+            return fixed_mix_weights(self.layers if self.mix_weights is None else self.mix_weights, n_layers)
+        except ValueError as err:
+            raise EmbedError(f"--mix-weights: {err}") from None
 
     def check_model(self) -> None:
         """Fail before any output is written if the biLM's options don't fit the mix weights."""
-        n_layers = ElmoOptions.from_file(self.model_files()[0]).n_output_layers
-        if self.mix_weights is not None and len(self.mix_weights) != n_layers:
-            raise EmbedError(
-                f"--mix-weights gives {len(self.mix_weights)} weights, but this biLM has {n_layers} layers "
-                f"(the token layer and {n_layers - 1} LSTM layers)"
-            )
+        if self.layers != "all":
+            self.mix_weights_for(ElmoOptions.from_file(self.model_files()[0]).n_output_layers)
 
     def tokenizer(self) -> Tokenizer:
         return str.split if self.whitespace else make_tokenizer(self.lang)

@@ -1,9 +1,15 @@
-"""The biLMs shipped inside the package, one per language, used when no weights are given."""
+"""Which biLM files to read: those given, or the biLM shipped inside the package for the language.
+
+:func:`model_files` is the one place where settings become files; everything that loads a biLM
+(``ElmoEmbedder``, the ``elmo`` component's architecture, ``embed``) goes through it.
+"""
 import warnings
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
+from .download import files_for
 from .errors import ElmoWeightsError
+from .files import PathLike
 
 DATA_DIR = Path(__file__).parent / "data"
 # Language code (as spaCy names languages) -> folder under ``data/`` holding options.json and weights.hdf5.
@@ -26,6 +32,32 @@ def embedded_model_dir(lang: str = DEFAULT_LANG) -> Path:
         )
         name = EMBEDDED_MODELS[DEFAULT_LANG]
     return DATA_DIR / name
+
+
+def check_model_files(
+    options_file: Optional[PathLike], weight_file: Optional[PathLike], names: Tuple[str, str] = ("options_file", "weight_file")
+) -> None:
+    """Refuse one file without the other (``names``: what the caller calls the two settings, for the message)."""
+    if (options_file is None) != (weight_file is None):
+        raise ValueError(
+            f"Give both {names[0]} and {names[1]} (the biLM's options.json and its weights .hdf5), or neither to "
+            f"use the ELMo model embedded in spacy-elmo"
+        )
+
+
+def model_files(
+    options_file: Optional[PathLike],
+    weight_file: Optional[PathLike],
+    lang: str = DEFAULT_LANG,
+    names: Tuple[str, str] = ("options_file", "weight_file"),
+) -> Tuple[Path, Path]:
+    """The biLM's ``options.json`` and weights: both given, a published model's name given alone as
+    ``options_file`` (``python -m spacy_elmo list``), or neither for the embedded model of ``lang``."""
+    options_file, weight_file = files_for(options_file, weight_file)
+    check_model_files(options_file, weight_file, names)
+    if options_file is None or weight_file is None:
+        return default_model_files(lang)
+    return Path(options_file), Path(weight_file)
 
 
 def default_model_files(lang: str = DEFAULT_LANG) -> Tuple[Path, Path]:

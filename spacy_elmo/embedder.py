@@ -4,22 +4,17 @@ Its methods follow AllenNLP 0.9's class of the same name, so existing code ports
 the import. Unlike the reference it is deterministic by default: see ``initial_state`` and
 ``stateful``.
 """
-from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
+from .default_model import DEFAULT_LANG, model_files
+from .files import PathLike
 from .model.carried_state import CarriedState
-from .model.encoder import ElmoEncoder
+from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
 from .threads import DEFAULT_THREADS, check_threads, torch_threads
 from .weights import load_files
-from .default_model import DEFAULT_LANG, default_model_files
-from .download import files_for
-
-PathLike = Union[str, Path]
-
-DEFAULT_INITIAL_STATE = "auto"
 
 
 class ElmoEmbedder:
@@ -55,13 +50,8 @@ class ElmoEmbedder:
         lang: str = DEFAULT_LANG,
         threads: Optional[int] = DEFAULT_THREADS,
     ):
-        options_file, weight_file = files_for(options_file, weight_file)
-        if (options_file is None) != (weight_file is None):
-            raise ValueError("Give both options_file and weight_file, or neither (to use the embedded model)")
         self.threads = check_threads(threads)
-        if options_file is None:
-            options_file, weight_file = default_model_files(lang)
-        bilm = load_files(options_file, weight_file)
+        bilm = load_files(*model_files(options_file, weight_file, lang))
         self.encoder = ElmoEncoder(bilm, initial_state=initial_state, cache_size=cache_size).to(device).eval()
         if cache_words is not None:
             self.encoder.fill_cache(cache_words)

@@ -1,10 +1,13 @@
-"""Crash-safe file writing: a killed process or a power cut leaves either the old file or the new one."""
+"""File paths as the package takes them, and crash-safe writing: a killed process or a power cut leaves
+either the old file or the new one."""
 import os
 from pathlib import Path
 from typing import Callable, Union
 
+PathLike = Union[str, Path]
 
-def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
+
+def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
     """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it over ``path``.
 
     Missing folders on the way to ``path`` are created.

@@ -18,11 +18,10 @@ import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import ElmoOptionsError
-
-PathLike = Union[str, Path]
+from .files import PathLike
 
 ACTIVATIONS = ("relu", "tanh")
 

@@ -6,15 +6,14 @@ needs matplotlib, an optional extra (``pip install "spacy-elmo[plot]"``), import
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 from spacy.language import Language
 from thinc.api import Model
 
 from .errors import ElmoError
-
-PathLike = Union[str, Path]
+from .files import PathLike
 MIX_NODE = "elmo_scalar_mix"  # name of the thinc layer built by spacy_elmo.pipeline.mix.build_scalar_mix
 TRAIN_KEYS = ("tokens_seen", "loss", "train_ppl")
 EVAL_KEYS = ("tokens_seen", "forward_ppl", "backward_ppl", "average_ppl")
@@ -34,7 +33,7 @@ class LearnedMix:
 
 
 def learned_mixes(nlp: Language) -> List[LearnedMix]:
-    """The mix of every ``ElmoListener.v1`` / ``ElmoEmbedding.v1`` in the pipeline, in pipeline order.
+    """The mix of every ``ElmoListener.v1`` / ``ElmoEmbedding`` in the pipeline, in pipeline order.
 
     A component with several mixes gets them as ``name``, ``name#2``, ...
     """
@@ -52,7 +51,7 @@ def learned_mixes(nlp: Language) -> List[LearnedMix]:
     if not mixes:
         raise PlotError(
             "No ELMo listener in this pipeline: only components whose tok2vec is spacy_elmo.ElmoListener.v1 (or "
-            "ElmoEmbedding.v1) learn a layer mix"
+            "ElmoEmbedding) learn a layer mix"
         )
     return mixes
 

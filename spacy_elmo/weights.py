@@ -14,11 +14,10 @@ import numpy as np
 import torch
 
 from .errors import ElmoWeightsError
-from .files import atomic_write
+from .files import PathLike, atomic_write
 from .model.bilm import BiLm
 from .options import ElmoOptions
 
-PathLike = Union[str, Path]
 Source = Union[PathLike, BinaryIO]
 
 

@@ -2,10 +2,10 @@
 import warnings
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from torch import nn
 
+from .batching import length_batches
 from .bilm import BiLm, BiLmState
 from ..errors import TokenTruncationWarning
 from .chars import TokenBatch, first_truncated, n_bytes
@@ -21,10 +21,17 @@ WARM_UP_TEXT = (
 )
 
 INITIAL_STATES = ("auto", "zeros", "warm")
+DEFAULT_INITIAL_STATE = "auto"
 
 # Key of ``options.json`` that names the start state a model was trained from; this package's
 # ``pretrain`` writes "zeros". The published models were trained with state carried across batches.
 TRAINING_START_KEY = "training_initial_state"
+
+
+def check_initial_state(initial_state: str, name: str = "initial_state") -> None:
+    """Refuse a start state that is none of :data:`INITIAL_STATES` (``name``: the setting, for the message)."""
+    if initial_state not in INITIAL_STATES:
+        raise ValueError(f"{name} must be one of {', '.join(INITIAL_STATES)}, found {initial_state!r}")
 
 
 def resolve_initial_state(initial_state: str, options, stateful: bool = False) -> str:
@@ -49,10 +56,9 @@ class ElmoEncoder(nn.Module):
     nothing but the sentence.
     """
 
-    def __init__(self, bilm: BiLm, initial_state: str = "auto", cache_size: int = 0):
+    def __init__(self, bilm: BiLm, initial_state: str = DEFAULT_INITIAL_STATE, cache_size: int = 0):
         super().__init__()
-        if initial_state not in INITIAL_STATES:
-            raise ValueError(f"initial_state must be one of {INITIAL_STATES}, found {initial_state!r}")
+        check_initial_state(initial_state)
         self.bilm = bilm
         self.initial_state = initial_state
         self.cache = TokenCache(cache_size, bilm.options.projection_dim) if cache_size > 0 else None
@@ -189,18 +195,3 @@ class ElmoEncoder(nn.Module):
                 results[i] = layers[:, row, : len(sentences[i])]
         return results  # type: ignore[return-value]
 
-
-def length_batches(lengths: Sequence[int], max_batch_tokens: int) -> List[List[int]]:
-    """Indices grouped by length so that each group's ``size * longest`` stays within ``max_batch_tokens``."""
-    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable").tolist()
-    batches: List[List[int]] = []
-    current: List[int] = []
-    for i in order:
-        longest = lengths[current[0]] + 2 if current else lengths[i] + 2
-        if current and (len(current) + 1) * longest > max_batch_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches

@@ -6,9 +6,10 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 
 import srsly
 import torch
-from spacy.language import Language
-from spacy.util import registry
-from spacy.pipeline import TrainablePipe
+from spacy import util as spacy_util
+from spacy.language import Language, _apply_pipes
+from spacy.pipeline import Tok2Vec, TrainablePipe
+from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
@@ -17,28 +18,29 @@ from thinc.types import Floats2d, Floats3d
 
 from ..download import resolve_model
 from ..errors import ElmoWeightsError
+from ..layer_mix import MixSpec, check_mix_spec, fixed_mix_weights
 from ..threads import DEFAULT_THREADS, check_threads, torch_threads
 from .bilm_model import (
-    DEFAULT_SETTINGS,
+    BILM_SETTINGS,
     bilm_options,
+    bilm_settings,
     configure_bilm_model,
-    doc_segments,
     encode_segments,
     frozen_backprop,
     is_loaded,
     load_bilm_weights,
     mix_docs,
     reset_state,
-    segment_words,
 )
-from .extensions import install_extensions, install_vector_hooks, set_listener_layers, to_numpy_f32
+from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
+from .handoff import LayerHandoff
 from .layer_cache import LayerCache
 from .listener import ElmoListenerLayer, replace_listener, replace_listener_cfg
-from .mix import MixSpec, check_mix_spec, fixed_mix_weights
+from .segments import doc_segments, segment_words
 
 DEFAULT_MODEL_CONFIG = """
 [model]
-@architectures = "spacy_elmo.ElmoBiLm.v1"
+@architectures = "spacy_elmo.ElmoBiLm.v2"
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 
@@ -55,7 +57,7 @@ class ElmoOutput(NamedTuple):
     assigns=["doc._.elmo", "doc._.elmo_layers"],
     default_config={
         "model": DEFAULT_MODEL,
-        **DEFAULT_SETTINGS,
+        "frozen": True,
         "mix": "average",
         "store_vectors": True,
         "store_layers": False,
@@ -69,12 +71,6 @@ def make_elmo(
     nlp: Language,
     name: str,
     model: Union[str, Model[List[Doc], List[Floats3d]]],
-    options_file: Optional[str],
-    weight_file: Optional[str],
-    initial_state: str,
-    stateful: bool,
-    max_batch_tokens: int,
-    max_sentence_tokens: int,
     frozen: bool,
     mix: Union[str, List[float]],
     store_vectors: bool,
@@ -83,22 +79,29 @@ def make_elmo(
     vector_hooks: bool,
     train_cache_mb: float,
     threads: Optional[int],
+    options_file: Optional[str] = None,
+    weight_file: Optional[str] = None,
+    initial_state: Optional[str] = None,
+    stateful: Optional[bool] = None,
+    max_batch_tokens: Optional[int] = None,
+    max_sentence_tokens: Optional[int] = None,
 ) -> "Elmo":
-    """Build the ``elmo`` component; see :class:`Elmo` for the settings. ``model`` may be the name of a
-    downloaded model (``config={"model": "original"}``), which stands for the default architecture with its files."""
+    """Build the ``elmo`` component; see :class:`Elmo` for the settings.
+
+    ``model`` may be the name of a downloaded published model (``config={"model": "original"}``,
+    ``python -m spacy_elmo list``): the default architecture with that model's files.
+    ``options_file`` ... ``max_sentence_tokens`` are the biLM's settings (``ElmoBiLm.v2``), still
+    taken here as spacy-elmo 0.1.0 took them: those given (not null) replace the model's.
+    """
     if isinstance(model, str):
         options_file, weight_file = resolve_model(model)
-        model = registry.resolve({"model": DEFAULT_MODEL})["model"]
+        model = spacy_util.registry.resolve({"model": DEFAULT_MODEL})["model"]
+    values = (options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
+    configure_bilm_model(model, **{key: value for key, value in zip(BILM_SETTINGS, values) if value is not None})
     return Elmo(
         nlp.vocab,
         model,
         name,
-        options_file=options_file,
-        weight_file=weight_file,
-        initial_state=initial_state,
-        stateful=stateful,
-        max_batch_tokens=max_batch_tokens,
-        max_sentence_tokens=max_sentence_tokens,
         frozen=frozen,
         mix=mix,
         store_vectors=store_vectors,
@@ -113,22 +116,19 @@ def make_elmo(
 class Elmo(TrainablePipe):
     """Runs the biLM over each Doc's sentences (or windows) and shares the layers.
 
-    Weights: ``options_file`` + ``weight_file`` (AllenNLP/bilm-tf files; both None: the model
-    embedded in spacy-elmo for the pipeline's language, English or Chinese). They are read by ``initialize()`` (which also takes both as
-    ``[initialize.components.<name>]`` settings), else on first use; a saved pipeline carries
-    them. ``initial_state`` / ``stateful``: as for ``ElmoEmbedder``.
-    ``max_sentence_tokens``: longest biLM input; longer sentences (or Docs without sentence
-    boundaries) are cut into windows of this many tokens. ``max_batch_tokens``: padded tokens
-    per biLM batch. ``frozen``: keep the biLM's weights fixed (no backward pass through it);
-    False fine-tunes it through the listeners' gradients.
+    The biLM and its settings (which files, start state, batching) are the ``model``
+    (``spacy_elmo.ElmoBiLm.v2``). ``frozen``: keep the biLM's weights fixed (no backward pass
+    through it); False fine-tunes it through the listeners' gradients.
 
     On Docs: ``mix`` (``"average"``, ``"top"`` or one weight per layer) gives ``Doc._.elmo``
     when ``store_vectors``; ``store_layers`` keeps ``Doc._.elmo_layers``; ``set_tensor`` copies
-    the vectors to ``doc.tensor``; ``vector_hooks`` makes ``.vector`` / ``.similarity`` use them.
-    With all four off nothing is stored (only listeners get the layers, in a slot that is not
-    serialized). ``train_cache_mb``: memory for layers of training sentences (frozen,
-    stateless biLM only; 0 turns the cache off). ``threads``: torch CPU threads while predicting
-    (default 1; null keeps torch's own setting), set for each call only, as for ``ElmoEmbedder``.
+    the vectors to ``doc.tensor`` (refused in a pipeline whose ``tok2vec`` has listeners, which
+    read ``doc.tensor``); ``vector_hooks`` makes ``.vector`` / ``.similarity`` use them. With all
+    four off nothing is stored: listeners get the layers through the component's
+    :class:`LayerHandoff`, which releases each Doc's layers once every listener has read them.
+    ``train_cache_mb``: memory for layers of training sentences (frozen, stateless biLM only; 0
+    turns the cache off). ``threads``: torch CPU threads while predicting (default 1; null keeps
+    torch's own setting), set for each call only, as for ``ElmoEmbedder``.
     """
 
     def __init__(
@@ -137,12 +137,6 @@ class Elmo(TrainablePipe):
         model: Model[List[Doc], List[Floats3d]],
         name: str = "elmo",
         *,
-        options_file: Optional[str] = None,
-        weight_file: Optional[str] = None,
-        initial_state: str = DEFAULT_SETTINGS["initial_state"],
-        stateful: bool = False,
-        max_batch_tokens: int = DEFAULT_SETTINGS["max_batch_tokens"],
-        max_sentence_tokens: int = DEFAULT_SETTINGS["max_sentence_tokens"],
         frozen: bool = True,
         mix: MixSpec = "average",
         store_vectors: bool = True,
@@ -162,17 +156,11 @@ class Elmo(TrainablePipe):
         self.model = model
         self.name = name
         self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
+        self.handoff = LayerHandoff()
         self.cfg: Dict[str, Any] = {}
-        self.bilm_settings = dict(
-            options_file=options_file,
-            weight_file=weight_file,
-            initial_state=initial_state,
-            stateful=stateful,
-            max_batch_tokens=max_batch_tokens,
-            max_sentence_tokens=max_sentence_tokens,
-            frozen=frozen,
-            lang=vocab.lang,
-        )
+        configure_bilm_model(model, frozen=frozen, lang=vocab.lang)
+        # Re-applied after loading, which restores the model attrs saved with the weights.
+        self.bilm_settings = bilm_settings(model)
         self.mix = mix
         self.store_vectors = store_vectors
         self.store_layers = store_layers
@@ -183,7 +171,7 @@ class Elmo(TrainablePipe):
         self._configure_model()
 
     def _configure_model(self) -> None:
-        """Give the model this component's biLM settings and the ``replace_listeners`` hooks."""
+        """Give the model its settings from this component's config and the ``replace_listeners`` hooks."""
         configure_bilm_model(self.model, **self.bilm_settings)
         self.model.attrs["replace_listener"] = replace_listener
         self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, dict(self.bilm_settings))
@@ -207,6 +195,7 @@ class Elmo(TrainablePipe):
         listeners = self.listener_map.setdefault(component_name, [])
         if listener not in listeners:
             listeners.append(listener)
+        listener.link(self.handoff)
         if is_loaded(self.model):
             self._set_listener_dims(listener)
 
@@ -215,6 +204,7 @@ class Elmo(TrainablePipe):
         if listener not in listeners:
             return False
         listeners.remove(listener)
+        listener.unlink(self.handoff)
         if not listeners:
             del self.listener_map[component_name]
         return True
@@ -259,10 +249,11 @@ class Elmo(TrainablePipe):
         return self.model.ops.xp.tensordot(self._mix_weights(), layers, axes=1)
 
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
-        """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the listeners' slot."""
+        """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the handoff to the listeners."""
+        listeners = self.listeners
         for doc, (layers, vectors) in zip(docs, outputs):
-            if layers is not None and self.listener_map:
-                set_listener_layers(doc, layers)
+            if layers is not None and listeners:
+                self.handoff.put(doc, layers, listeners)
             if self.store_layers:
                 doc._.elmo_layers = to_numpy_f32(layers)
             if vectors is not None:
@@ -377,6 +368,8 @@ class Elmo(TrainablePipe):
         if options_file is not None or weight_file is not None:
             self.bilm_settings.update(options_file=options_file, weight_file=weight_file)
             self._configure_model()
+        if self.set_tensor and nlp is not None:
+            _refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
         self.layer_cache.clear()
         for listener in self.listeners:
@@ -398,9 +391,14 @@ class Elmo(TrainablePipe):
             load_bilm_weights(self.model)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        super().from_bytes(bytes_data, exclude=[*exclude, "model"])
-        if "model" not in exclude:
-            self._load_model(srsly.msgpack_loads(bytes_data)["model"], f"the serialized {self.name!r} component")
+        """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by :meth:`_load_model`."""
+        self._validate_serialization_attrs()
+        deserializers = {
+            "cfg": lambda b: self.cfg.update(srsly.json_loads(b)),
+            "vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude),
+            "model": lambda b: self._load_model(b, f"the serialized {self.name!r} component"),
+        }
+        spacy_util.from_bytes(bytes_data, deserializers, exclude)
         self._after_load()
         return self
 
@@ -437,6 +435,27 @@ class Elmo(TrainablePipe):
 
 
 def _single_thread_in_worker_process() -> None:
-    """In a worker of ``nlp.pipe(n_process=...)`` use one torch thread, so workers do not oversubscribe cores."""
-    if multiprocessing.parent_process() is not None and torch.get_num_threads() != 1:
+    """In a worker of ``nlp.pipe(n_process=...)`` use one torch thread, so workers do not oversubscribe cores.
+
+    Other child processes (a user's own pool, a DDP rank) keep their thread setting. spaCy starts
+    its workers with ``spacy.language._apply_pipes`` as their target, which is how they are told apart.
+    """
+    if getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes and torch.get_num_threads() != 1:
         torch.set_num_threads(1)
+
+
+def _refuse_tensor_clash(nlp: Language, name: str) -> None:
+    """``set_tensor`` overwrites ``doc.tensor``, which the listeners of a ``tok2vec`` component read at prediction."""
+    tok2vecs = [other for other, pipe in nlp.pipeline if isinstance(pipe, Tok2Vec)]
+    for other, pipe in nlp.pipeline:
+        model = getattr(pipe, "model", None)
+        listens = isinstance(model, Model) and any(
+            isinstance(node, Tok2VecListener) and (node.upstream_name in tok2vecs or (node.upstream_name == "*" and tok2vecs))
+            for node in model.walk()
+        )
+        if listens:
+            raise ValueError(
+                f"The {name!r} component has set_tensor = true, but {other!r} listens to a tok2vec component, which "
+                f"passes it its vectors through doc.tensor: {name!r} would overwrite them. Set set_tensor = false "
+                f"(Doc._.elmo holds the vectors), or give {other!r} its own tok2vec."
+            )

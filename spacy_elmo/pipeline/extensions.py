@@ -7,16 +7,13 @@
 Both Doc values are plain numpy arrays in ``doc.user_data``, which srsly's msgpack writes
 natively, so ``doc.to_bytes()`` and ``DocBin(store_user_data=True)`` keep them.
 
-Listening components read the layers from ``doc.user_hooks[LAYERS_KEY]``: a slot that is
-never serialized, may hold GPU arrays, and dies with the Doc.
+The layers listening components read are not kept on the Doc (see ``handoff.py``).
 """
 from typing import Optional, Union
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 from thinc.types import Floats1d, Floats2d, Floats3d
-
-LAYERS_KEY = "spacy_elmo.layers"
 
 
 def install_extensions() -> None:
@@ -50,16 +47,6 @@ def span_elmo(span: Span) -> Optional[Floats1d]:
 def doc_elmo_mean(doc: Doc) -> Optional[Floats1d]:
     """The mean of all rows of ``Doc._.elmo``: the Doc's vector under the similarity hooks."""
     return span_elmo(doc[:])
-
-
-def set_listener_layers(doc: Doc, layers: Floats3d) -> None:
-    doc.user_hooks[LAYERS_KEY] = layers
-
-
-def get_listener_layers(doc: Doc) -> Optional[Floats3d]:
-    """The layers the component left for its listeners, if they belong to this Doc's tokens."""
-    layers = doc.user_hooks.get(LAYERS_KEY)
-    return layers if layers is not None and layers.shape[1] == len(doc) else None
 
 
 VectorOwner = Union[Doc, Span, Token]

@@ -6,10 +6,12 @@ token embedding. :class:`ElmoListenerLayer` is the node the ``elmo`` component f
 
 During training the ``elmo`` component's ``update`` hands every listener the batch's layers
 with a backprop callback (or :func:`frozen_backprop` when the biLM is frozen). At prediction,
-and when the ``elmo`` component is frozen but annotating, the layers come from the Doc.
+and when the ``elmo`` component is frozen but annotating, each Doc's layers come from the
+component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, which lets them go once every
+listener has read them.
 
 ``nlp.replace_listeners`` swaps the :class:`ElmoListenerLayer` for a copy of the component's
-biLM model; the config becomes ``spacy_elmo.ElmoEmbedding.v1`` with the same mix settings.
+biLM model; the config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings.
 """
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -20,8 +22,9 @@ from thinc.api import Model, concatenate
 from thinc.types import Floats2d, Floats3d
 
 from ..default_model import DEFAULT_LANG
-from .bilm_model import DEFAULT_SETTINGS, build_bilm_model, configure_bilm_model, frozen_backprop
-from .extensions import get_listener_layers
+from ..model.encoder import DEFAULT_INITIAL_STATE
+from .bilm_model import bilm_config, build_bilm_model_v2, configure_bilm_model, frozen_backprop
+from .handoff import LayerHandoff
 from .mix import build_scalar_mix
 
 TokVecModel = Model[List[Doc], List[Floats2d]]
@@ -42,6 +45,28 @@ class ElmoListenerLayer(Model):
         self._batch_id: Optional[int] = None
         self._outputs: Optional[List[Floats3d]] = None
         self._backprop: Optional[Callable] = None
+        self._handoffs: List[LayerHandoff] = []
+
+    def link(self, handoff: LayerHandoff) -> None:
+        """Read prediction-time layers from ``handoff`` (that of an ``elmo`` component this listens to)."""
+        if all(h is not handoff for h in self._handoffs):
+            self._handoffs.append(handoff)
+
+    def unlink(self, handoff: LayerHandoff) -> None:
+        self._handoffs = [h for h in self._handoffs if h is not handoff]
+
+    def release_layers(self, doc: Doc) -> None:
+        """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread."""
+        for handoff in self._handoffs:
+            handoff.release(doc, self)
+
+    def take_layers(self, doc: Doc) -> Optional[Floats3d]:
+        """This listener's read of the layers an ``elmo`` component left for ``doc`` (None if none)."""
+        for handoff in self._handoffs:
+            layers = handoff.take(doc, self)
+            if layers is not None:
+                return layers
+        return None
 
     @classmethod
     def get_batch_id(cls, docs: List[Doc]) -> int:
@@ -60,6 +85,8 @@ class ElmoListenerLayer(Model):
 def _listener_forward(model: ElmoListenerLayer, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     if is_train and model._batch_id is not None:
         model.verify_inputs(docs)
+        for doc in docs:  # an annotating upstream component also left them per Doc: this batch came by receive()
+            model.release_layers(doc)
         outputs, upstream_backprop = model._outputs, model._backprop
         if upstream_backprop is frozen_backprop:
             return outputs, frozen_backprop
@@ -71,7 +98,7 @@ def _listener_forward(model: ElmoListenerLayer, docs: List[Doc], is_train: bool)
         return outputs, backprop
     outputs = []
     for doc in docs:
-        layers = get_listener_layers(doc)
+        layers = model.take_layers(doc)
         if layers is None:
             if is_train:  # the upstream component is frozen and not annotating, so nothing reached us
                 raise ValueError(Errors.E203.format(name="elmo"))
@@ -107,14 +134,34 @@ def build_elmo_listener(
     return _mix_head(ElmoListenerLayer(upstream), layer_norm, dropout, l2, embed)
 
 
+@registry.architectures("spacy_elmo.ElmoEmbedding.v2")
+def build_elmo_embedding_v2(
+    bilm: Model[List[Doc], List[Floats3d]],
+    frozen: bool = True,
+    lang: str = DEFAULT_LANG,
+    layer_norm: bool = False,
+    dropout: float = 0.0,
+    l2: float = 0.0,
+    embed: Optional[TokVecModel] = None,
+) -> TokVecModel:
+    """A component's own biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
+
+    bilm: the biLM model (``spacy_elmo.ElmoBiLm.v2``). frozen: keep its weights fixed. lang: the
+    pipeline's language, whose embedded model is used when ``bilm`` names no files. The rest as
+    in ``ElmoListener.v1``.
+    """
+    configure_bilm_model(bilm, frozen=frozen, lang=lang)
+    return _mix_head(bilm, layer_norm, dropout, l2, embed)
+
+
 @registry.architectures("spacy_elmo.ElmoEmbedding.v1")
 def build_elmo_embedding(
     options_file: Optional[str] = None,
     weight_file: Optional[str] = None,
-    initial_state: str = DEFAULT_SETTINGS["initial_state"],
+    initial_state: str = DEFAULT_INITIAL_STATE,
     stateful: bool = False,
-    max_batch_tokens: int = DEFAULT_SETTINGS["max_batch_tokens"],
-    max_sentence_tokens: int = DEFAULT_SETTINGS["max_sentence_tokens"],
+    max_batch_tokens: int = 4096,
+    max_sentence_tokens: int = 256,
     frozen: bool = True,
     layer_norm: bool = False,
     dropout: float = 0.0,
@@ -122,24 +169,10 @@ def build_elmo_embedding(
     embed: Optional[TokVecModel] = None,
     lang: str = DEFAULT_LANG,
 ) -> TokVecModel:
-    """A component's own copy of the biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
-
-    The biLM settings mean what they mean on the ``elmo`` component (``lang``: the language whose embedded
-    model is used when no files are given); the rest as in ``ElmoListener.v1``.
-    """
-    bilm = build_bilm_model()
-    configure_bilm_model(
-        bilm,
-        options_file=options_file,
-        weight_file=weight_file,
-        initial_state=initial_state,
-        stateful=stateful,
-        max_batch_tokens=max_batch_tokens,
-        max_sentence_tokens=max_sentence_tokens,
-        frozen=frozen,
-        lang=lang,
-    )
-    return _mix_head(bilm, layer_norm, dropout, l2, embed)
+    """``ElmoEmbedding.v2`` as spacy-elmo 0.1.0 wrote it, with the biLM settings in the block itself."""
+    values = (options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
+    bilm = build_bilm_model_v2(*values)
+    return build_elmo_embedding_v2(bilm, frozen, lang, layer_norm, dropout, l2, embed)
 
 
 def replace_listener(bilm_copy: Model, listener: ElmoListenerLayer, pipe: Any) -> Model:
@@ -147,16 +180,26 @@ def replace_listener(bilm_copy: Model, listener: ElmoListenerLayer, pipe: Any) -
     return bilm_copy
 
 
-def replace_listener_cfg(settings: Dict[str, Any], bilm_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict:
-    """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` config block as ``ElmoEmbedding.v1``.
+def replace_listener_cfg(
+    settings: Dict[str, Any], component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]
+) -> Dict:
+    """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` block as ``ElmoEmbedding.v2``.
 
-    ``settings`` are the component's biLM settings (bound with ``functools.partial``).
+    ``settings`` are the component's biLM model's settings as they stand (bound with
+    ``functools.partial``): they come from its architecture block, or from the factory keys of a
+    0.1.0 config, so they, not ``component_model_cfg``, become the new block's ``bilm``.
     """
     if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
         raise ValueError(
             f"replace_listeners: expected a 'spacy_elmo.ElmoListener.v1' block, found {listener_cfg.get('@architectures')!r}"
         )
     new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}
-    new_cfg.update(settings)
-    new_cfg["@architectures"] = "spacy_elmo.ElmoEmbedding.v1"
+    new_cfg.update(
+        {
+            "@architectures": "spacy_elmo.ElmoEmbedding.v2",
+            "bilm": bilm_config(settings),
+            "frozen": settings["frozen"],
+            "lang": settings["lang"],
+        }
+    )
     return new_cfg

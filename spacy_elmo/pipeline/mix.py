@@ -1,46 +1,19 @@
-"""Layer mixes: the ``elmo`` component's fixed one, and the trainable scalar mix of each listener.
+"""The trainable scalar mix of each listener (the fixed mixes are in ``spacy_elmo.layer_mix``).
 
-The trainable mix is Peters et al. (2018), eq. 1: ``gamma * sum_j softmax(s)_j * h_j``, per Doc,
+It is Peters et al. (2018), eq. 1: ``gamma * sum_j softmax(s)_j * h_j``, per Doc,
 with optional layer normalisation of each layer over the Doc's tokens, dropout on the result
 and an L2 penalty ``l2 * ||s||^2`` that pulls the weights towards the plain average.
 It is written with xp operations (numpy or cupy) and explicit gradients.
 """
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Tuple
 
-import numpy as np
 from spacy.tokens import Doc
 from thinc.api import Model
-from thinc.types import Floats1d, Floats2d, Floats3d
+from thinc.types import Floats2d, Floats3d
 
 from .bilm_model import frozen_backprop
 
-MixSpec = Union[str, Sequence[float]]
-MIX_NAMES = ("average", "top")
 LAYER_NORM_EPS = 1e-12
-
-
-def check_mix_spec(spec: MixSpec) -> None:
-    """Reject a ``mix`` setting that no biLM could use (the layer count is checked once weights load)."""
-    if isinstance(spec, str):
-        if spec not in MIX_NAMES:
-            raise ValueError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
-    elif len(spec) == 0:
-        raise ValueError("mix is an empty list; give one weight per biLM layer, or 'average' / 'top'")
-
-
-def fixed_mix_weights(spec: MixSpec, n_layers: int) -> Floats1d:
-    """Weights of the component's own mix: ``"average"`` (1/n each), ``"top"`` (last layer) or as given."""
-    if spec == "average":
-        return np.full(n_layers, 1.0 / n_layers, dtype=np.float32)
-    if spec == "top":
-        return np.eye(n_layers, dtype=np.float32)[-1]
-    weights = np.asarray(spec, dtype=np.float32)
-    if weights.shape != (n_layers,):
-        raise ValueError(
-            f"mix gives {weights.size} weights, but this biLM has {n_layers} layers (the token layer and "
-            f"{n_layers - 1} LSTM layers); give {n_layers} weights, or 'average' / 'top'"
-        )
-    return weights
 
 
 def build_scalar_mix(

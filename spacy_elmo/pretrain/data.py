@@ -8,18 +8,14 @@ have seen.
 """
 import glob
 import gzip
-import io
 import random
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-import spacy
 
 from ..errors import ElmoError
-
-Tokenizer = Callable[[str], List[str]]
-
+from ..text import Tokenizer, open_text, split_long
 
 class CorpusError(ElmoError, ValueError):
     """The training text cannot feed a run: no text, or fewer lines than processes."""
@@ -27,12 +23,6 @@ class CorpusError(ElmoError, ValueError):
 
 class StreamStateError(ElmoError, ValueError):
     """A checkpoint's data position does not belong to this stream."""
-
-
-def make_tokenizer(lang: str) -> Tokenizer:
-    """The spaCy tokenizer of ``lang`` as a function from a line to its non-space tokens."""
-    tokenizer = spacy.blank(lang).tokenizer
-    return lambda line: [t.text for t in tokenizer(line) if not t.is_space]
 
 
 def resolve_files(spec: str) -> List[Path]:
@@ -47,17 +37,6 @@ def resolve_files(spec: str) -> List[Path]:
     if not files:
         raise CorpusError(f"No text files found for {spec!r}: give a file, a directory or a glob of .txt/.gz files")
     return files
-
-
-def open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")  # type: ignore[return-value]
-    return open(path, encoding="utf-8", errors="replace")
-
-
-def split_long(tokens: List[str], max_tokens: int) -> List[List[str]]:
-    """Cut a sentence into pieces of at most ``max_tokens`` tokens."""
-    return [tokens[i : i + max_tokens] for i in range(0, len(tokens), max_tokens)] if tokens else []
 
 
 def read_sentences(spec: str, tokenize: Tokenizer, max_tokens: int, limit: Optional[int] = None) -> List[List[str]]:

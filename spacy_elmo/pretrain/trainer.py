@@ -25,11 +25,12 @@ from tqdm import tqdm
 from ..errors import ElmoError
 from ..files import atomic_write
 from ..interrupts import stop_on_signal
-from ..model.encoder import length_batches
+from ..model.batching import length_batches
 from ..options import ElmoOptions
+from ..text import make_tokenizer
 from ..weights import load_files, save_files
 from .config import PretrainConfig
-from .data import SentenceStream, make_tokenizer, read_sentences, resolve_files
+from .data import SentenceStream, read_sentences, resolve_files
 from .language_model import BiLanguageModel
 from .vocab import Vocab, count_sentences
 

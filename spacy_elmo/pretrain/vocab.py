@@ -5,7 +5,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..files import atomic_write
 from ..model.chars import BOS_TOKEN, EOS_TOKEN
-from .data import Tokenizer, open_text, split_long
+from ..text import Tokenizer, open_text, split_long
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)

@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from spacy_elmo.model.encoder import ElmoEncoder, length_batches
+from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.weights import load_files
 from tests.conftest import ALLENNLP
 
@@ -20,14 +20,6 @@ def test_cached_token_vectors_equal_the_char_cnn(allennlp_files):
         got = cached.embed_sentences(sentences)
     assert len(cached.cache) == 100  # pre-filled 80, then filled while running, and bounded
     assert max((a - b).abs().max().item() for a, b in zip(want, got) if a.numel()) <= 1e-6
-
-
-def test_length_batches_respect_the_token_cap():
-    lengths = [5, 30, 2, 30, 7, 1, 0]
-    batches = length_batches(lengths, max_batch_tokens=64)
-    assert sorted(i for b in batches for i in b) == list(range(7))
-    for b in batches:
-        assert len(b) == 1 or len(b) * (max(lengths[i] for i in b) + 2) <= 64
 
 
 def test_auto_start_is_warm_for_published_models_and_zeros_for_our_own(tmp_path, allennlp_files):

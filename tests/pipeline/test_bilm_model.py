@@ -5,7 +5,8 @@ import torch
 from spacy.tokens import Doc
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.pipeline.bilm_model import Segment, _ordered_batches, doc_segments, encode_docs, frozen_backprop
+from spacy_elmo.pipeline.bilm_model import encode_docs, frozen_backprop
+from spacy_elmo.pipeline.segments import Segment, doc_segments
 
 from .conftest import OPTIONS, WEIGHTS, make_nlp
 
@@ -19,14 +20,6 @@ def test_segments_follow_sentences_then_windows():
         Segment(0, 0, 3), Segment(0, 3, 6), Segment(0, 6, 7),
         Segment(2, 0, 3), Segment(2, 3, 5), Segment(2, 5, 7),
     ]  # fmt: skip
-
-
-def test_ordered_batches_keep_order_under_the_padded_token_cap():
-    lengths = [3, 1, 8, 2, 2, 9, 1]
-    batches = _ordered_batches(lengths, 20)
-    assert [i for batch in batches for i in batch] == list(range(len(lengths)))
-    for batch in batches:
-        assert len(batch) == 1 or len(batch) * (max(lengths[i] for i in batch) + 2) <= 20
 
 
 def test_stateful_mode_carries_state_like_the_embedder():

@@ -1,4 +1,4 @@
-"""The listener's scalar mix against the core torch ``ScalarMix`` (autograd), and the component's fixed mixes."""
+"""The listener's scalar mix against the tests' torch ``ScalarMix`` (autograd), and the fixed mixes."""
 from typing import List
 
 import numpy as np
@@ -8,9 +8,11 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Model
 
-from spacy_elmo import ScalarMix
+from spacy_elmo.layer_mix import fixed_mix_weights
 from spacy_elmo.pipeline.bilm_model import frozen_backprop
-from spacy_elmo.pipeline.mix import build_scalar_mix, fixed_mix_weights
+from spacy_elmo.pipeline.mix import build_scalar_mix
+
+from ..scalar_mix_reference import ScalarMix
 
 N_LAYERS, DIM = 3, 5
 

@@ -74,6 +74,21 @@ def test_to_bytes_from_bytes():
     assert_same_vectors(loaded, expected)
 
 
+def test_component_from_bytes_decodes_its_bytes_once(monkeypatch):
+    data = make_nlp().get_pipe("elmo").to_bytes()
+    decoded = []
+    real_loads = srsly.msgpack_loads
+
+    def counting_loads(bytes_data, *args, **kwargs):
+        decoded.append(bytes_data is data)
+        return real_loads(bytes_data, *args, **kwargs)
+
+    monkeypatch.setattr(srsly, "msgpack_loads", counting_loads)
+    loaded = spacy.blank("en").add_pipe("elmo", config={"initial_state": "zeros"})
+    loaded.from_bytes(data)
+    assert decoded.count(True) == 1  # the weights inside are decoded by the model, not the whole again
+
+
 def test_an_unloaded_biLM_model_round_trips_as_empty():
     model = build_bilm_model()
     copy = build_bilm_model().from_bytes(model.to_bytes())

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo.model.scalar_mix import ScalarMix
+from .scalar_mix_reference import ScalarMix
 
 
 def test_default_mix_is_the_mean_of_the_layers():

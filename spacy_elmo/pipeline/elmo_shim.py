@@ -1,0 +1,79 @@
+"""The thinc shim that holds the biLM of the ``elmo`` component: saved as JSON options and hdf5 weights, never pickled."""
+import contextlib
+import hashlib
+import json
+from typing import Iterator, Optional
+
+import srsly
+from thinc.api import PyTorchShim, get_torch_default_device
+
+from ..errors import ElmoWeightsError
+from ..model.encoder import ElmoEncoder
+from ..model.segment_encoder import SegmentEncoder
+from ..options import ElmoOptions
+from ..weights import bilm_from_bytes, weights_to_bytes
+
+
+class ElmoShim(PyTorchShim):
+    """Holds the :class:`SegmentEncoder` (or nothing before the weights are loaded).
+
+    Serialized as msgpack ``{"options": options.json text, "weights": hdf5 bytes, "sha256": of both}``; no pickle.
+    Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU.
+    """
+
+    def __init__(self, module: Optional[SegmentEncoder] = None):
+        super().__init__(module)
+
+    @property
+    def module(self) -> Optional[SegmentEncoder]:
+        return self._model
+
+    def set_module(self, module: SegmentEncoder) -> None:
+        self._model = module.to(get_torch_default_device())
+
+    @property
+    def device(self):
+        return get_torch_default_device() if self._model is None else super().device
+
+    def to_device(self, device_type: str, device_id: int) -> None:  # pragma: no cover (GPU)
+        if self._model is not None:
+            super().to_device(device_type, device_id)
+
+    def finish_update(self, optimizer) -> None:
+        """Apply the optimizer to the biLM (when fine-tuning) and drop state derived from old weights."""
+        if self._model is not None:
+            super().finish_update(optimizer)
+            self._model.encoder.weights_changed()
+
+    @contextlib.contextmanager
+    def use_params(self, params) -> Iterator[None]:
+        if self._model is None:
+            yield
+            return
+        with super().use_params(params):
+            self._model.encoder.weights_changed()
+            yield
+        self._model.encoder.weights_changed()
+
+    def to_bytes(self) -> bytes:
+        if self._model is None:
+            return srsly.msgpack_dumps({})
+        bilm = self._model.encoder.bilm
+        options, weights = json.dumps(bilm.options.to_dict()), weights_to_bytes(bilm)
+        return srsly.msgpack_dumps({"options": options, "weights": weights, "sha256": _sha256(options, weights)})
+
+    def from_bytes(self, bytes_data: bytes) -> "ElmoShim":
+        """Load saved options and weights; anything damaged raises :class:`ElmoWeightsError` and changes nothing."""
+        msg = srsly.msgpack_loads(bytes_data)
+        if msg:
+            record = msg if isinstance(msg, dict) else {}
+            text, weights = record.get("options"), record.get("weights")
+            if not (isinstance(text, str) and isinstance(weights, bytes) and record.get("sha256") == _sha256(text, weights)):
+                raise ElmoWeightsError("its options and hdf5 weights fail their SHA-256 check")
+            options = ElmoOptions.from_dict(json.loads(text), source="serialized ELMo options")
+            self.set_module(SegmentEncoder(ElmoEncoder(bilm_from_bytes(options, weights))))
+        return self
+
+
+def _sha256(options: str, weights: bytes) -> str:
+    return hashlib.sha256(options.encode("utf-8") + b"\0" + weights).hexdigest()

@@ -1,0 +1,31 @@
+"""Reading text: UTF-8 files (plain or ``.gz``), spaCy's tokenization, long sentences cut into windows.
+
+Shared by everything that turns raw text into biLM input (the ``embed`` command, pretraining), so
+that both see the same tokens as the ``elmo`` component does in a pipeline of the same language.
+"""
+import gzip
+import io
+from pathlib import Path
+from typing import Callable, List
+
+import spacy
+
+Tokenizer = Callable[[str], List[str]]
+
+
+def make_tokenizer(lang: str) -> Tokenizer:
+    """The spaCy tokenizer of ``lang`` as a function from a line to its non-space tokens."""
+    tokenizer = spacy.blank(lang).tokenizer
+    return lambda line: [t.text for t in tokenizer(line) if not t.is_space]
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """``path`` opened for reading as UTF-8 text (gunzipped if it ends in ``.gz``); bad bytes become U+FFFD."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")  # type: ignore[return-value]
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def split_long(tokens: List[str], max_tokens: int) -> List[List[str]]:
+    """Cut a sentence into pieces of at most ``max_tokens`` tokens."""
+    return [tokens[i : i + max_tokens] for i in range(0, len(tokens), max_tokens)] if tokens else []
