@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from spacy_elmo.model.lstm import LstmWithProjection, Packing, _run_steps, run_packed
+from spacy_elmo.model.lstm import LstmWithProjection
 
 
 def _sigmoid(x):
@@ -56,48 +56,3 @@ def test_zero_clip_means_no_clip():
     lstm.cell_clip = lstm.proj_clip = np.inf
     ref, _, _ = _numpy_lstm(lstm, x[0].numpy(), np.zeros(3), np.zeros(7))
     np.testing.assert_allclose(out[0].numpy(), ref, atol=1e-5)
-
-
-def _packed_inputs(seed: int, lengths):
-    """Two LSTMs side by side (as the biLM runs them) over rows of the given lengths, clipping active."""
-    torch.manual_seed(seed)
-    lstms = [_lstm(seed), _lstm(seed + 1)]
-    packing = Packing(lengths, max(lengths), torch.device("cpu"))
-    x = torch.randn(len(lengths), max(lengths), 5, requires_grad=True)
-    h0 = (torch.randn(2, len(lengths), 3) * 0.1).requires_grad_()
-    c0 = (torch.randn(2, len(lengths), 7) * 0.1).requires_grad_()
-    return lstms, packing, x, h0, c0
-
-
-def _gradients(lengths, through_time: bool):
-    """Gradients of a loss on the outputs and final states; autograd through each step, or the hand-written backward."""
-    lstms, packing, x, h0, c0 = _packed_inputs(0, lengths)
-    first = lstms[0]
-    inputs = (
-        packing.pack(x, 2),
-        torch.stack([m.w_input for m in lstms]),
-        (torch.stack([m.bias for m in lstms]) + first._forget_offset).unsqueeze(1),
-        torch.stack([m.w_hidden for m in lstms]),
-        torch.stack([m.w_proj for m in lstms]),
-        h0,
-        c0,
-    )
-    clips = (first.cell_clip, first.proj_clip)
-    if through_time:
-        out, h_n, c_n = run_packed(lstms, inputs[0], packing.active, h0, c0)
-    else:
-        out, h_n, c_n = _run_steps(packing.active, clips, *inputs)
-    torch.manual_seed(99)
-    loss = (out * torch.randn_like(out)).sum() + (h_n * torch.randn_like(h_n)).sum() + (c_n ** 2).sum()
-    params = [p for m in lstms for p in (m.w_input, m.w_hidden, m.bias, m.w_proj)]
-    return out.detach(), torch.autograd.grad(loss, params + [x, h0, c0])
-
-
-def test_backward_through_time_equals_autograd_through_each_step():
-    for lengths in ([6, 4, 1], [3, 3], [5, 2, 2, 1]):
-        out_ref, grads_ref = _gradients(lengths, through_time=False)
-        out, grads = _gradients(lengths, through_time=True)
-        assert torch.equal(out, out_ref)
-        for g, g_ref in zip(grads, grads_ref):
-            assert g_ref.abs().max() > 0
-            torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-6)
