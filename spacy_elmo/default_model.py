@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from .download import files_for
+from .download import check_name, files_for, is_name
 from .errors import ElmoWeightsError
 from .files import PathLike
 
@@ -37,7 +37,11 @@ def embedded_model_dir(lang: str = DEFAULT_LANG) -> Path:
 def check_model_files(
     options_file: Optional[PathLike], weight_file: Optional[PathLike], names: Tuple[str, str] = ("options_file", "weight_file")
 ) -> None:
-    """Refuse one file without the other (``names``: what the caller calls the two settings, for the message)."""
+    """Refuse one file without the other, unless the one is a published model's name (checked against the
+    catalogue; found on disk when the model loads). ``names``: what the caller calls the two settings."""
+    if is_name(options_file, weight_file):
+        check_name(str(options_file))
+        return
     if (options_file is None) != (weight_file is None):
         raise ValueError(
             f"Give both {names[0]} and {names[1]} (the biLM's options.json and its weights .hdf5), or neither to "
@@ -53,8 +57,8 @@ def model_files(
 ) -> Tuple[Path, Path]:
     """The biLM's ``options.json`` and weights: both given, a published model's name given alone as
     ``options_file`` (``python -m spacy_elmo list``), or neither for the embedded model of ``lang``."""
-    options_file, weight_file = files_for(options_file, weight_file)
     check_model_files(options_file, weight_file, names)
+    options_file, weight_file = files_for(options_file, weight_file)
     if options_file is None or weight_file is None:
         return default_model_files(lang)
     return Path(options_file), Path(weight_file)

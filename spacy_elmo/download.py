@@ -142,18 +142,29 @@ def resolve_model(name: str, cache: Optional[Path] = None, catalog: Optional[Dic
     return verify(name, cache)
 
 
-def files_for(options_file, weight_file) -> Tuple:
-    """``(options_file, weight_file)`` as given, or a model name's two files: a name is an ``options_file``
-    given alone that is not an existing file. Both None stay None (the embedded model)."""
-    if options_file is None or weight_file is not None or Path(options_file).is_file():
-        return options_file, weight_file
+def is_name(options_file, weight_file) -> bool:
+    """Whether the pair stands for a published model's name: an ``options_file`` alone that is not a file."""
+    return options_file is not None and weight_file is None and not Path(options_file).is_file()
+
+
+def check_name(name: str) -> None:
+    """Refuse a value that is neither an existing options file nor a published model's name."""
     try:
-        return resolve_model(str(options_file))
+        get_entry(name)
     except UnknownModelError:
         raise UnknownModelError(
-            f"{str(options_file)!r} is neither an existing options file nor the name of a published ELMo model (see: "
+            f"{name!r} is neither an existing options file nor the name of a published ELMo model (see: "
             f"python -m spacy_elmo list). Give an options.json with its weights file, or a model name."
         ) from None
+
+
+def files_for(options_file, weight_file) -> Tuple:
+    """``(options_file, weight_file)`` as given, or a model name's two files (see :func:`is_name`).
+    Both None stay None (the embedded model)."""
+    if not is_name(options_file, weight_file):
+        return options_file, weight_file
+    check_name(str(options_file))
+    return verify(str(options_file))
 
 
 def download(
