@@ -90,7 +90,7 @@ class TrainingSection(_Section):
     eval_every: int = 1000
     checkpoint_every: int = 500
     log_every: int = 50
-    threads: int = 0
+    threads: int = 1  # torch threads per process; 0 keeps torch's own (one per core), which collapses on a busy machine
     bf16: bool = False
 
     @field_validator("optimizer")
