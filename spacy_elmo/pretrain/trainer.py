@@ -211,13 +211,13 @@ class Trainer:
         self.model = BiLanguageModel(
             config.options(), self.vocab, config.objective.cutoffs, config.objective.div_value, training.dropout
         ).to(self.device)
-        self.ddp: torch.nn.Module = self.model
-        if self.world > 1:
-            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
         if initial.model is not None:
             self.model.load_state_dict(initial.model)
         if initial.bilm is not None:
             self.model.bilm.load_state_dict(initial.bilm)
+        self.ddp: torch.nn.Module = self.model
+        if self.world > 1:
+            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
         self.optimizer = _optimizer(self.model, training)
         self.step = 0
         self.tokens_seen = 0
