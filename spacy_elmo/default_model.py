@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from .download import check_name, files_for, is_name
+from .download import check_name, is_name, verify
 from .errors import ElmoWeightsError
 from .files import PathLike
 
@@ -58,7 +58,8 @@ def model_files(
     """The biLM's ``options.json`` and weights: both given, a published model's name given alone as
     ``options_file`` (``python -m spacy_elmo list``), or neither for the embedded model of ``lang``."""
     check_model_files(options_file, weight_file, names)
-    options_file, weight_file = files_for(options_file, weight_file)
+    if is_name(options_file, weight_file):
+        return verify(str(options_file))
     if options_file is None or weight_file is None:
         return default_model_files(lang)
     return Path(options_file), Path(weight_file)

@@ -158,15 +158,6 @@ def check_name(name: str) -> None:
         ) from None
 
 
-def files_for(options_file, weight_file) -> Tuple:
-    """``(options_file, weight_file)`` as given, or a model name's two files (see :func:`is_name`).
-    Both None stay None (the embedded model)."""
-    if not is_name(options_file, weight_file):
-        return options_file, weight_file
-    check_name(str(options_file))
-    return verify(str(options_file))
-
-
 def download(
     name: str,
     cache: Optional[Path] = None,
