@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ElmoError
 from ..text import Tokenizer, open_text, split_long
 
+
 class CorpusError(ElmoError, ValueError):
     """The training text cannot feed a run: no text, or fewer lines than processes."""
 
