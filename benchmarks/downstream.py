@@ -1,0 +1,188 @@
+"""What the biLM earns downstream: each task trained with no ELMo, the embedded biLM, the biLM adapted to the task's
+training text, and an untrained biLM of the same architecture, over several seeds, everything else equal.
+
+    python benchmarks/downstream.py OUT_DIR [--tasks ner tagger] [--train-pct 10] [--seeds 0 1] [--jobs 2]
+
+Variants (same config, cap, evaluation; one torch/BLAS thread per run, ``--jobs`` runs at a time):
+
+- ``baseline``: ``configs/TASK_baseline.cfg`` (spaCy's CNN ``tok2vec``, no ELMo);
+- ``trained``: ``configs/TASK.cfg`` with the embedded English biLM;
+- ``adapted``: the same with the embedded biLM's pretraining run continued on the task's training text
+  (``configs/adapt_en_gutenberg_tiny.cfg``, ``--adapt-steps``; the dev text only gives the perplexity), once per task;
+- ``untrained``: the same with seeded random weights of the embedded architecture (``untrained_bilm.py``, the run's
+  seed), the control for "did language-model pretraining earn the difference?".
+
+The data are converted by the project (``corpus/full/TASK-pPCT``, research-only sets read from ``../shared``) when
+missing. A run whose metrics file exists is not run again, so an interrupted benchmark continues where it stopped.
+Writes ``OUT_DIR/results.json`` and ``OUT_DIR/results.md`` (test scores per seed, mean, and the difference of each
+variant's mean from the baseline's).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+from untrained_bilm import write_untrained
+from spacy_elmo.default_model import default_model_files
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = ("baseline", "trained", "adapted", "untrained")
+ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+class Task(NamedTuple):
+    """A downstream task: its project conversion command, training cap and the test metrics reported."""
+
+    convert: str
+    max_steps: int
+    eval_frequency: int
+    metrics: Sequence[str]
+
+
+TASKS: Dict[str, Task] = {
+    "ner": Task("convert-ner", 1500, 100, ("ents_f", "ents_p", "ents_r")),
+    "tagger": Task("convert-tagger", 1500, 250, ("pos_acc", "tag_acc", "morph_acc", "dep_uas", "dep_las")),
+}
+
+
+def run(command: List[str], log: Path) -> float:
+    """Run ``command`` from the repository root on one thread, its output in ``log``; return its wall time."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("w", encoding="utf8") as out:
+        done = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD})
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}); see {log}")
+    return time.perf_counter() - start
+
+
+def corpus_dir(task: str, train_pct: int) -> Path:
+    """The task's converted data, converted by the project's command when missing."""
+    folder = ROOT / "corpus" / "full" / f"{task}-p{train_pct}"
+    if not (folder / "test.spacy").exists():
+        command = [sys.executable, "-m", "spacy", "project", "run", TASKS[task].convert, ".", "--vars.train_pct"]
+        run(command + [str(train_pct)], folder.parent / f"{task}-p{train_pct}.convert.log")
+    return folder
+
+
+def adapt(task: str, data: Path, out: Path, steps: int) -> Path:
+    """Continue the embedded biLM's pretraining run on the task's training text; return the adapted biLM's folder."""
+    bilm = out / task / "bilm"
+    if (bilm / "weights.hdf5").exists():
+        return bilm
+    for split in ("train", "dev"):
+        text = out / task / f"{split}.txt"
+        command = [sys.executable, "scripts/corpus.py", "text", str(data / f"{split}.spacy"), str(text)]
+        run(command, text.with_suffix(".log"))
+    command = [
+        sys.executable, "-m", "spacy_elmo", "pretrain", "configs/adapt_en_gutenberg_tiny.cfg", str(bilm),
+        "--paths.train", str(out / task / "train.txt"), "--paths.dev", str(out / task / "dev.txt"),
+        "--initialize.run", "pretrain_runs/en_gutenberg_tiny", "--training.max_steps", str(steps), "--quiet",
+    ]  # fmt: skip
+    seconds = run(command, out / task / "adapt.log")
+    print(f"adapted the biLM to {task} in {seconds:.0f} s", flush=True)
+    return bilm
+
+
+def untrained(out: Path, seed: int) -> Path:
+    """Seeded random weights of the embedded English architecture (written once per seed)."""
+    folder = out / f"untrained-s{seed}"
+    if not (folder / "weights.hdf5").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_untrained(default_model_files("en")[0], folder, seed)
+    return folder
+
+
+def train_and_evaluate(
+    task: str, variant: str, seed: int, data: Path, bilm: Optional[Path], out: Path, max_steps: Optional[int]
+) -> Dict:
+    """Train one pipeline, evaluate its best model on the test set; return the test metrics and the wall time."""
+    run_dir = out / task / f"{variant}-s{seed}"
+    metrics_file = run_dir / "test.json"
+    if metrics_file.exists():
+        return json.loads(metrics_file.read_text(encoding="utf8"))
+    spec = TASKS[task]
+    steps = max_steps or spec.max_steps
+    config = f"configs/{task}_baseline.cfg" if variant == "baseline" else f"configs/{task}.cfg"
+    command = [
+        sys.executable, "-m", "spacy", "train", config, "--output", str(run_dir / "training"),
+        "--paths.train", str(data / "train.spacy"), "--paths.dev", str(data / "dev.spacy"),
+        "--training.max_steps", str(steps), "--training.eval_frequency", str(min(steps, spec.eval_frequency)),
+        "--system.seed", str(seed),
+    ]  # fmt: skip
+    if bilm is not None:
+        command += ["--paths.elmo_options", str(bilm / "options.json")]
+        command += ["--paths.elmo_weights", str(bilm / "weights.hdf5")]
+    seconds = run(command, run_dir / "train.log")
+    scores_file = run_dir / "scores.json"
+    best = run_dir / "training" / "model-best"
+    evaluate = [sys.executable, "-m", "spacy", "evaluate", str(best), str(data / "test.spacy")]
+    run(evaluate + ["--output", str(scores_file)], run_dir / "evaluate.log")
+    scores = json.loads(scores_file.read_text(encoding="utf8"))
+    result = {name: scores[name] for name in spec.metrics} | {"train_seconds": round(seconds)}
+    metrics_file.write_text(json.dumps(result, indent=2), encoding="utf8")
+    print(f"{task} {variant} seed {seed}: {result}", flush=True)
+    return result
+
+
+def table(results: Dict[str, Dict[str, Dict[int, Dict]]]) -> str:
+    """Markdown: one row per task, variant and metric; test scores x100 per seed, their mean and Δ to baseline."""
+    lines = ["| task | variant | metric | per seed | mean | Δ vs baseline |"]
+    lines.append("| --- | --- | --- | --- | ---: | ---: |")
+    for task, by_variant in results.items():
+        for variant, by_seed in by_variant.items():
+            for metric in TASKS[task].metrics:
+                values = [100 * by_seed[seed][metric] for seed in sorted(by_seed)]
+                mean = statistics.fmean(values)
+                base = by_variant.get("baseline")
+                delta = mean - statistics.fmean(100 * s[metric] for s in base.values()) if base else None
+                shown = " / ".join(f"{v:.2f}" for v in values)
+                diff = "" if variant == "baseline" or delta is None else f"{delta:+.2f}"
+                lines.append(f"| {task} | {variant} | {metric} | {shown} | {mean:.2f} | {diff} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=["tagger", "ner"])
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--train-pct", type=int, default=10)
+    parser.add_argument("--adapt-steps", type=int, default=300)
+    parser.add_argument("--max-steps", type=int, help="training steps of every run (default: each task's cap)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
+    args = parser.parse_args(argv)
+    out = args.out_dir.resolve()
+    data = {task: corpus_dir(task, args.train_pct) for task in args.tasks}
+    with ThreadPoolExecutor(args.jobs) as pool:
+        adapted = {}
+        if "adapted" in args.variants:
+            bilms = pool.map(lambda task: adapt(task, data[task], out, args.adapt_steps), args.tasks)
+            adapted = dict(zip(args.tasks, bilms))
+        jobs = {}
+        for task in args.tasks:
+            for variant in args.variants:
+                for seed in args.seeds:
+                    bilm = {"baseline": None, "trained": None, "adapted": adapted.get(task)}.get(variant)
+                    if variant == "untrained":
+                        bilm = untrained(out, seed)
+                    job = pool.submit(train_and_evaluate, task, variant, seed, data[task], bilm, out, args.max_steps)
+                    jobs.setdefault(task, {}).setdefault(variant, {})[seed] = job
+        results = {
+            task: {variant: {seed: job.result() for seed, job in runs.items()} for variant, runs in by_variant.items()}
+            for task, by_variant in jobs.items()
+        }
+    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf8")
+    (out / "results.md").write_text(table(results), encoding="utf8")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
