@@ -136,14 +136,15 @@ def table(results: Dict[str, Dict[str, Dict[int, Dict]]]) -> str:
     lines = ["| task | variant | metric | per seed | mean | Δ vs baseline |"]
     lines.append("| --- | --- | --- | --- | ---: | ---: |")
     for task, by_variant in results.items():
+        base = by_variant.get("baseline")
         for variant, by_seed in by_variant.items():
             for metric in TASKS[task].metrics:
                 values = [100 * by_seed[seed][metric] for seed in sorted(by_seed)]
                 mean = statistics.fmean(values)
-                base = by_variant.get("baseline")
-                delta = mean - statistics.fmean(100 * s[metric] for s in base.values()) if base else None
+                diff = ""
+                if base and variant != "baseline":
+                    diff = f"{mean - statistics.fmean(100 * runs[metric] for runs in base.values()):+.2f}"
                 shown = " / ".join(f"{v:.2f}" for v in values)
-                diff = "" if variant == "baseline" or delta is None else f"{delta:+.2f}"
                 lines.append(f"| {task} | {variant} | {metric} | {shown} | {mean:.2f} | {diff} |")
     return "\n".join(lines) + "\n"
 
@@ -170,8 +171,10 @@ def main(argv: Optional[list] = None) -> None:
         for task in args.tasks:
             for variant in args.variants:
                 for seed in args.seeds:
-                    bilm = {"baseline": None, "trained": None, "adapted": adapted.get(task)}.get(variant)
-                    if variant == "untrained":
+                    bilm = None  # baseline: no biLM; trained: the embedded one
+                    if variant == "adapted":
+                        bilm = adapted[task]
+                    elif variant == "untrained":
                         bilm = untrained(out, seed)
                     job = pool.submit(train_and_evaluate, task, variant, seed, data[task], bilm, out, args.max_steps)
                     jobs.setdefault(task, {}).setdefault(variant, {})[seed] = job
@@ -180,8 +183,9 @@ def main(argv: Optional[list] = None) -> None:
             for task, by_variant in jobs.items()
         }
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf8")
-    (out / "results.md").write_text(table(results), encoding="utf8")
-    print(table(results))
+    summary = table(results)
+    (out / "results.md").write_text(summary, encoding="utf8")
+    print(summary)
 
 
 if __name__ == "__main__":
