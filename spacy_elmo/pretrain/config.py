@@ -82,6 +82,7 @@ class TrainingSection(_Section):
     seed: int = 0
     batch_tokens: int = 1280
     max_steps: int = 100_000
+    max_tokens: Optional[int] = None  # also stop once this many training tokens are seen (all processes together)
     optimizer: str = "adagrad"
     learn_rate: float = 0.2
     initial_accumulator: float = 1.0

@@ -15,7 +15,7 @@ import warnings
 from contextlib import nullcontext
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -134,7 +134,7 @@ def evaluate(model: BiLanguageModel, sentences: Sequence[Sequence[str]], batch_t
 # that the training text is the same) and how large its steps are (continuing on a GPU with larger batches).
 RESUMABLE_CHANGES = frozenset(
     {
-        "training.max_steps", "training.threads", "training.log_every", "training.eval_every",
+        "training.max_steps", "training.max_tokens", "training.threads", "training.log_every", "training.eval_every",
         "training.checkpoint_every", "training.batch_tokens", "training.learn_rate", "training.bf16",
         "paths.train", "paths.dev", "corpus.train", "corpus.dev",
     }
@@ -172,7 +172,7 @@ def check_resumable(saved_path: Path, config: Config) -> None:
 
 
 class Trainer:
-    """Holds everything of one pretraining run; :meth:`run` trains until ``max_steps``."""
+    """Holds everything of one pretraining run; :meth:`run` trains until ``max_steps`` or ``max_tokens``."""
 
     def __init__(self, config: PretrainConfig, raw_config: Config, output_dir: Path):
         self.config = config
@@ -302,8 +302,8 @@ class Trainer:
         _barrier()
         return result
 
-    def train_step(self) -> float:
-        """One optimizer step on the next batch; returns the batch's mean loss."""
+    def train_step(self) -> Tuple[float, int]:
+        """One optimizer step on this process's next batch; the batch's mean loss and the tokens it read."""
         training = self.config.training
         batch = self.stream.next_batch()
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if training.bf16 else nullcontext()
@@ -315,19 +315,28 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        self.tokens_seen += sum(len(s) + 1 for s in batch) * self.world
-        return loss.mean.item()
+        return loss.mean.item(), sum(len(s) + 1 for s in batch)
 
-    def _stop_agreed(self, requested: bool) -> bool:
-        """Whether any rank was asked to stop; every rank gets the same answer at the same step."""
-        if not dist.is_initialized():
-            return requested
-        flag = torch.tensor([float(requested)], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+    def _count_and_agree(self, tokens: int, stop_requested: bool) -> bool:
+        """Add every rank's tokens of this step to ``tokens_seen``; whether any rank was asked to stop.
+
+        One all-reduce gives every rank the same count and the same answer at the same step, so that all
+        stop together (on a signal or at ``max_tokens``) and none waits for the others forever.
+        """
+        if dist.is_initialized():
+            summed = torch.tensor([tokens, int(stop_requested)], dtype=torch.long, device=self.device)
+            dist.all_reduce(summed)
+            tokens, stop_requested = int(summed[0].item()), bool(summed[1].item())
+        self.tokens_seen += tokens
+        return stop_requested
+
+    def _tokens_reached(self) -> bool:
+        limit = self.config.training.max_tokens
+        return limit is not None and self.tokens_seen >= limit
 
     def run(self, progress: bool = True) -> Dict[str, Any]:
-        """Train to ``max_steps``, evaluating, logging and checkpointing on the way; resumable.
+        """Train to ``max_steps`` or ``max_tokens``, whichever comes first, evaluating, logging and
+        checkpointing on the way; resumable.
 
         Ctrl-C or SIGTERM (on any one rank) stops every rank after the current step with a
         checkpoint written, then raises KeyboardInterrupt.
@@ -340,9 +349,11 @@ class Trainer:
         window = _Window(self.tokens_seen)
         last_eval: Optional[Dict[str, float]] = None
         with stop_on_signal() as stop:
-            while self.step < training.max_steps:
+            while self.step < training.max_steps and not self._tokens_reached():
                 start = time.perf_counter()
-                window.add(self.train_step())
+                loss, tokens = self.train_step()
+                interrupted = self._count_and_agree(tokens, stop.requested)
+                window.add(loss)
                 self.elapsed += time.perf_counter() - start
                 bar.update(1)
                 if self.step % training.log_every == 0:
@@ -351,7 +362,7 @@ class Trainer:
                     window = _Window(self.tokens_seen)
                 if self.step % training.eval_every == 0:
                     last_eval = self._evaluate() or last_eval
-                if self._stop_agreed(stop.requested):
+                if interrupted:
                     bar.close()
                     self._log_window(window)
                     self.save_checkpoint()

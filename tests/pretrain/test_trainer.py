@@ -65,16 +65,22 @@ def test_exported_files_load_into_the_embedder_with_the_same_outputs(tmp_path):
     assert vocab[:3] == ["<S>", "</S>", "<UNK>"]
 
 
-def test_two_processes_with_torchrun_end_with_identical_replicas(tmp_path):
-    config = tmp_path / "ddp.cfg"
-    tiny_config(12, checkpoint_every=12, log_every=4).to_disk(config)
-    worker = ["-m", "tests.pretrain.ddp_worker", str(config), str(tmp_path / "out")]
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29581"]
+def _torchrun_replicas(tmp_path, config, port: int):
+    """Train ``config`` with two processes into tmp_path/out; each process's final parameters."""
+    path = tmp_path / "ddp.cfg"
+    config.to_disk(path)
+    worker = ["-m", "tests.pretrain.ddp_worker", str(path), str(tmp_path / "out")]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
     done = subprocess.run(launch + worker, capture_output=True, text=True, timeout=300, cwd=_repo_root())
     assert done.returncode == 0, done.stderr[-3000:]
     replicas = [torch.load(tmp_path / "out" / f"replica{r}.pt", weights_only=True) for r in (0, 1)]
     for name, tensor in replicas[0].items():
         assert torch.equal(tensor, replicas[1][name]), name
+    return replicas
+
+
+def test_two_processes_with_torchrun_end_with_identical_replicas(tmp_path):
+    replicas = _torchrun_replicas(tmp_path, tiny_config(12, checkpoint_every=12, log_every=4), 29581)
     losses = [r["loss"] for r in _log(tmp_path / "out")]
     assert len(losses) == 3 and losses[-1] < losses[0]
     # One process takes the run over: model and optimizer exactly, the text at the same point of its epoch.
@@ -86,6 +92,13 @@ def test_two_processes_with_torchrun_end_with_identical_replicas(tmp_path):
         assert torch.equal(alone.model.state_dict()[name], tensor), name
     alone.run(progress=False)
     assert alone.step == 14
+
+
+def test_two_processes_stop_together_at_max_tokens(tmp_path):
+    # Both processes' tokens count, and both stop at the same step (or one would wait for the other forever).
+    _torchrun_replicas(tmp_path, tiny_config(100, log_every=1, max_tokens=1000), 29584)
+    seen = [r["tokens_seen"] for r in _log(tmp_path / "out")]
+    assert seen[-2] < 1000 <= seen[-1] and len(seen) < 100
 
 
 def _repo_root():
@@ -109,6 +122,16 @@ def test_resume_with_other_settings_names_them_and_changes_nothing(tmp_path):
 def test_a_short_run_logs_its_steps(tmp_path):
     _trainer(tmp_path, 3, log_every=50).run(progress=False)
     assert [(r["step"], r["tokens_seen"] > 0) for r in _log(tmp_path)] == [(3, True)]
+
+
+def test_max_tokens_stops_at_the_first_step_that_reaches_it_and_can_be_raised_on_resume(tmp_path):
+    _trainer(tmp_path, 100, log_every=1, max_tokens=500).run(progress=False)
+    seen = [r["tokens_seen"] for r in _log(tmp_path)]
+    assert seen[-2] < 500 <= seen[-1] and len(seen) < 100
+    assert _trainer(tmp_path, 100, log_every=1, max_tokens=500).run(progress=False)["step"] == len(seen)
+    longer = _trainer(tmp_path, 100, log_every=1, max_tokens=1000).run(progress=False)
+    seen = [r["tokens_seen"] for r in _log(tmp_path)]
+    assert longer["tokens_seen"] == seen[-1] and seen[-2] < 1000 <= seen[-1]
 
 
 def test_pretrain_command_refuses_a_missing_corpus_without_writing(tmp_path, write_config):
