@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
@@ -131,6 +131,11 @@ def train_and_evaluate(
     return result
 
 
+def when_adapted(adapting: Future, task: str, seed: int, data: Path, out: Path, max_steps: Optional[int]) -> Dict:
+    """``train_and_evaluate`` on the adapted biLM that ``adapting`` (an :func:`adapt` submitted earlier) writes."""
+    return train_and_evaluate(task, "adapted", seed, data, adapting.result(), out, max_steps)
+
+
 def table(results: Dict[str, Dict[str, Dict[int, Dict]]]) -> str:
     """Markdown: one row per task, variant and metric; test scores x100 per seed, their mean and Δ to baseline."""
     lines = ["| task | variant | metric | per seed | mean | Δ vs baseline |"]
@@ -163,21 +168,20 @@ def main(argv: Optional[list] = None) -> None:
     out = args.out_dir.resolve()
     data = {task: corpus_dir(task, args.train_pct) for task in args.tasks}
     with ThreadPoolExecutor(args.jobs) as pool:
-        adapted = {}
-        if "adapted" in args.variants:
-            bilms = pool.map(lambda task: adapt(task, data[task], out, args.adapt_steps), args.tasks)
-            adapted = dict(zip(args.tasks, bilms))
-        jobs = {}
-        for task in args.tasks:
-            for variant in args.variants:
+        # The pool starts jobs in the order submitted: adaptations first and the runs on adapted biLMs last, so the
+        # other runs use the cores while a biLM adapts and no run waits for an adaptation that has not started.
+        adapt_tasks = args.tasks if "adapted" in args.variants else []
+        adapting = {task: pool.submit(adapt, task, data[task], out, args.adapt_steps) for task in adapt_tasks}
+        jobs: Dict[str, Dict[str, Dict[int, Future]]] = {t: {v: {} for v in args.variants} for t in args.tasks}
+        for variant in sorted(args.variants, key=lambda v: v == "adapted"):
+            for task in args.tasks:
                 for seed in args.seeds:
-                    bilm = None  # baseline: no biLM; trained: the embedded one
                     if variant == "adapted":
-                        bilm = adapted[task]
-                    elif variant == "untrained":
-                        bilm = untrained(out, seed)
-                    job = pool.submit(train_and_evaluate, task, variant, seed, data[task], bilm, out, args.max_steps)
-                    jobs.setdefault(task, {}).setdefault(variant, {})[seed] = job
+                        job = pool.submit(when_adapted, adapting[task], task, seed, data[task], out, args.max_steps)
+                    else:
+                        bilm = untrained(out, seed) if variant == "untrained" else None  # trained: the embedded one
+                        job = pool.submit(train_and_evaluate, task, variant, seed, data[task], bilm, out, args.max_steps)
+                    jobs[task][variant][seed] = job
         results = {
             task: {variant: {seed: job.result() for seed, job in runs.items()} for variant, runs in by_variant.items()}
             for task, by_variant in jobs.items()
