@@ -8,7 +8,9 @@ Variants (same config, cap, evaluation; one torch/BLAS thread per run, ``--jobs`
 - ``baseline``: ``configs/TASK_baseline.cfg`` (spaCy's CNN ``tok2vec``, no ELMo);
 - ``trained``: ``configs/TASK.cfg`` with the embedded English biLM;
 - ``adapted``: the same with the embedded biLM's pretraining run continued on the task's training text
-  (``configs/adapt_en_gutenberg_tiny.cfg``, ``--adapt-steps``; the dev text only gives the perplexity), once per task;
+  (``configs/adapt_en_gutenberg_tiny.cfg``, ``--adapt-steps``; the weights of the lowest dev perplexity), once per task;
+  ``--adapt-pct 100`` reads the text of the whole training set (its labels unused) while the task trains on
+  ``--train-pct`` of it: more unlabelled in-domain text than labelled;
 - ``untrained``: the same with seeded random weights of the embedded architecture (``untrained_bilm.py``, the run's
   seed), the control for "did language-model pretraining earn the difference?".
 
@@ -72,10 +74,11 @@ def corpus_dir(task: str, train_pct: int) -> Path:
 
 
 def adapt(task: str, data: Path, out: Path, steps: int) -> Path:
-    """Continue the embedded biLM's pretraining run on the task's training text; return the adapted biLM's folder."""
+    """Continue the embedded biLM's pretraining run on the task's training text; return the folder of the adapted
+    biLM at its lowest dev perplexity (the run's ``best/``)."""
     bilm = out / task / "bilm"
-    if (bilm / "weights.hdf5").exists():
-        return bilm
+    if (bilm / "best" / "weights.hdf5").exists():
+        return bilm / "best"
     for split in ("train", "dev"):
         text = out / task / f"{split}.txt"
         command = [sys.executable, "scripts/corpus.py", "text", str(data / f"{split}.spacy"), str(text)]
@@ -87,7 +90,7 @@ def adapt(task: str, data: Path, out: Path, steps: int) -> Path:
     ]  # fmt: skip
     seconds = run(command, out / task / "adapt.log")
     print(f"adapted the biLM to {task} in {seconds:.0f} s", flush=True)
-    return bilm
+    return bilm / "best"
 
 
 def untrained(out: Path, seed: int) -> Path:
@@ -162,6 +165,7 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--train-pct", type=int, default=10)
     parser.add_argument("--adapt-steps", type=int, default=300)
+    parser.add_argument("--adapt-pct", type=int, help="percent of the training set whose text adapts (default: --train-pct)")
     parser.add_argument("--max-steps", type=int, help="training steps of every run (default: each task's cap)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
     args = parser.parse_args(argv)
@@ -171,7 +175,9 @@ def main(argv: Optional[list] = None) -> None:
         # The pool starts jobs in the order submitted: adaptations first and the runs on adapted biLMs last, so the
         # other runs use the cores while a biLM adapts and no run waits for an adaptation that has not started.
         adapt_tasks = args.tasks if "adapted" in args.variants else []
-        adapting = {task: pool.submit(adapt, task, data[task], out, args.adapt_steps) for task in adapt_tasks}
+        adapt_pct = args.adapt_pct or args.train_pct
+        adapt_data = {task: corpus_dir(task, adapt_pct) for task in adapt_tasks}
+        adapting = {task: pool.submit(adapt, task, adapt_data[task], out, args.adapt_steps) for task in adapt_tasks}
         jobs: Dict[str, Dict[str, Dict[int, Future]]] = {t: {v: {} for v in args.variants} for t in args.tasks}
         for variant in sorted(args.variants, key=lambda v: v == "adapted"):
             for task in args.tasks:

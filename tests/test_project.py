@@ -273,6 +273,6 @@ def test_project_sample_adapt_workflow_fine_tunes_the_embedded_bilm_on_training_
     evals = [r for r in log if r.get("event") == "eval"]
     assert [r["step"] for r in evals] == [0, 6]
     adapted = Config().from_disk(project / "training" / "sample" / "ner" / "adapted" / "model-best" / "config.cfg")
-    assert adapted["components"]["elmo"]["model"]["weight_file"].endswith("training/sample/ner/bilm/weights.hdf5")
+    assert adapted["components"]["elmo"]["model"]["weight_file"].endswith("training/sample/ner/bilm/best/weights.hdf5")
     metrics = json.loads((project / "metrics" / "sample" / "ner-adapted.json").read_text())
     assert 0.0 <= metrics["ents_f"] <= 1.0

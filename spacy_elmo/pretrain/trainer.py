@@ -1,7 +1,8 @@
 """The pretraining loop: one process, or one per device under ``torchrun`` (DistributedDataParallel).
 
 ``OUTPUT_DIR`` holds ``options.json`` + ``weights.hdf5`` (AllenNLP layout, rewritten at every
-checkpoint so the directory always holds a usable model), ``vocab.txt``, ``config.cfg``,
+checkpoint so the directory always holds a usable model), ``best/`` (the same files at the lowest
+held-out perplexity so far, with ``best/scores.json``), ``vocab.txt``, ``config.cfg``,
 ``checkpoint.pt`` (model, softmax, optimizer, random and data-stream states; written
 atomically) and ``log.jsonl``. Running the same command again resumes from the checkpoint and
 continues exactly as an uninterrupted run would.
@@ -35,6 +36,7 @@ from .language_model import BiLanguageModel
 from .vocab import Vocab, count_sentences
 
 CHECKPOINT = "checkpoint.pt"
+BEST = "best"
 
 
 def _distributed() -> tuple:
@@ -299,8 +301,24 @@ class Trainer:
         if self.rank == 0 and self.dev:
             result = evaluate(self.model, self.dev, self.config.training.batch_tokens)
             self._log({"step": self.step, "tokens_seen": self.tokens_seen, "event": "eval", **result})
+            self._keep_if_best(result)
         _barrier()
         return result
+
+    def _keep_if_best(self, result: Dict[str, float]) -> None:
+        """Export the biLM to ``best/`` when its held-out perplexity is the lowest of the run so far.
+
+        Adapting to a small text over-fits within a few hundred steps; ``best/`` keeps the weights of the best
+        evaluation, as spaCy's ``model-best`` does. ``scores.json`` is written last and read on resume; a run
+        that starts at step 0 replaces whatever ``best/`` an earlier run left.
+        """
+        scores = self.output_dir / BEST / "scores.json"
+        if self.step > 0 and scores.exists():
+            if json.loads(scores.read_text(encoding="utf-8"))["average_ppl"] <= result["average_ppl"]:
+                return
+        save_files(self.model.bilm, scores.parent / "options.json", scores.parent / "weights.hdf5")
+        record = json.dumps({"step": self.step, "tokens_seen": self.tokens_seen, **result})
+        atomic_write(scores, lambda p: p.write_text(record, encoding="utf-8"))
 
     def train_step(self) -> Tuple[float, int]:
         """One optimizer step on this process's next batch; the batch's mean loss and the tokens it read."""

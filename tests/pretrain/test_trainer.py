@@ -10,6 +10,7 @@ from spacy_elmo import ElmoEmbedder
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.trainer import InitializeError, ResumeError, Trainer
+from spacy_elmo.weights import load_files
 from tests.pretrain.conftest import tiny_config
 
 
@@ -109,11 +110,11 @@ def _repo_root():
 
 def test_resume_with_other_settings_names_them_and_changes_nothing(tmp_path):
     _trainer(tmp_path, 5).run(progress=False)
-    saved = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    saved = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     with pytest.raises(ResumeError, match=r"training.grad_clip: 10.0 in the run, 5.0 now") as err:
         _trainer(tmp_path, 10, grad_clip=5.0)
     assert "training.max_steps:" not in str(err.value)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == saved
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == saved
     # Run length, reporting and step size may change (continuing on a GPU with larger batches, say).
     resumed = _trainer(tmp_path, 10, log_every=2, batch_tokens=240, learn_rate=0.5)
     assert resumed.step == 5 and resumed.optimizer.param_groups[0]["lr"] == 0.5
@@ -132,6 +133,35 @@ def test_max_tokens_stops_at_the_first_step_that_reaches_it_and_can_be_raised_on
     longer = _trainer(tmp_path, 100, log_every=1, max_tokens=1000).run(progress=False)
     seen = [r["tokens_seen"] for r in _log(tmp_path)]
     assert longer["tokens_seen"] == seen[-1] and seen[-2] < 1000 <= seen[-1]
+
+
+def _overfitting_trainer(out, max_steps) -> Trainer:
+    """Adam on the 4 training lines, held out on other sentences: the held-out perplexity falls, then rises."""
+    dev = out.parent / "dev.txt"
+    dev.write_text("the models of language use words .\nwords make the neural networks of language .\n")
+    config = tiny_config(max_steps, eval_every=5, optimizer="adam", learn_rate=0.01)
+    config["paths"]["dev"] = str(dev)
+    return Trainer(*load_config(config), out)
+
+
+def _weights(folder):
+    return load_files(folder / "options.json", folder / "weights.hdf5").state_dict()
+
+
+def test_best_keeps_the_weights_of_the_lowest_held_out_perplexity_across_a_resume(tmp_path):
+    _overfitting_trainer(tmp_path / "a", 53).run(progress=False)
+    _overfitting_trainer(tmp_path / "a", 60).run(progress=False)
+    evals = _evals(tmp_path / "a")
+    lowest = min(evals, key=lambda r: r["average_ppl"])
+    assert lowest["step"] < evals[-1]["step"]  # the held-out perplexity rose after its lowest point
+    scores = json.loads((tmp_path / "a" / "best" / "scores.json").read_text())
+    assert (scores["step"], scores["average_ppl"]) == (lowest["step"], lowest["average_ppl"])
+    # A run stopped at that step ends with the same weights.
+    _overfitting_trainer(tmp_path / "b", lowest["step"]).run(progress=False)
+    best, stopped = _weights(tmp_path / "a" / "best"), _weights(tmp_path / "b")
+    assert best.keys() == stopped.keys()
+    for name in best:
+        assert torch.equal(best[name], stopped[name]), name
 
 
 def test_pretrain_command_refuses_a_missing_corpus_without_writing(tmp_path, write_config):
