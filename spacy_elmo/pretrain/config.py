@@ -1,10 +1,22 @@
 """Pretraining configs: spaCy-style ``.cfg`` files, validated before any work starts."""
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Annotated, Any, Dict, List, Optional, Tuple, Union
 
 from confection import Config
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from ..errors import ElmoError
 from ..model.encoder import TRAINING_START_KEY
@@ -43,18 +55,18 @@ ModelSection = create_model(
 class CorpusSection(_Section):
     train: Optional[str] = None
     dev: Optional[str] = None
-    max_sentence_tokens: int = 100
-    dev_max_sentences: int = 2000
+    max_sentence_tokens: PositiveInt = 100
+    dev_max_sentences: PositiveInt = 2000
 
 
 class VocabSection(_Section):
-    size: int = 50000
-    max_lines: Optional[int] = 1_000_000
+    size: PositiveInt = 50000
+    max_lines: Optional[PositiveInt] = 1_000_000
 
 
 class ObjectiveSection(_Section):
-    cutoffs: List[int] = [2000, 10000]
-    div_value: float = 4.0
+    cutoffs: List[PositiveInt] = [2000, 10000]
+    div_value: PositiveFloat = 4.0
 
 
 class InitializeSection(_Section):
@@ -80,18 +92,18 @@ class InitializeSection(_Section):
 
 class TrainingSection(_Section):
     seed: int = 0
-    batch_tokens: int = 1280
-    max_steps: int = 100_000
-    max_tokens: Optional[int] = None  # also stop once this many training tokens are seen (all processes together)
+    batch_tokens: PositiveInt = 1280
+    max_steps: NonNegativeInt = 100_000
+    max_tokens: Optional[PositiveInt] = None  # also stop once this many training tokens are seen (all processes together)
     optimizer: str = "adagrad"
-    learn_rate: float = 0.2
-    initial_accumulator: float = 1.0
-    grad_clip: float = 10.0
-    dropout: float = 0.1
-    eval_every: int = 1000
-    checkpoint_every: int = 500
-    log_every: int = 50
-    threads: int = 1  # torch threads per process; 0 keeps torch's own (one per core), which collapses on a busy machine
+    learn_rate: PositiveFloat = 0.2
+    initial_accumulator: NonNegativeFloat = 1.0
+    grad_clip: NonNegativeFloat = 10.0  # 0: no clipping
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
+    eval_every: PositiveInt = 1000
+    checkpoint_every: PositiveInt = 500
+    log_every: PositiveInt = 50
+    threads: NonNegativeInt = 1  # torch threads per process; 0 keeps torch's own (one per core), which collapses on a busy machine
     bf16: bool = False
 
     @field_validator("optimizer")

@@ -32,6 +32,25 @@ def test_unknown_key_and_bad_value_are_named(tmp_path):
         load_config(config)
 
 
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("training", "eval_every", 0, "greater than 0"),  # was a ZeroDivisionError after the first step
+        ("training", "batch_tokens", -1, "greater than 0"),
+        ("training", "max_tokens", 0, "greater than 0"),
+        ("training", "dropout", 1.0, "less than 1"),
+        ("corpus", "max_sentence_tokens", 0, "greater than 0"),
+        ("objective", "cutoffs", [2000, -1], "greater than 0"),
+    ],
+)
+def test_sizes_and_intervals_out_of_range_are_named_before_anything_runs(section, key, value, message):
+    config = default_config("tiny")
+    config["paths"]["train"] = "x.txt"
+    config[section][key] = value
+    with pytest.raises(PretrainConfigError, match=rf"\[{section}\.{key}[^ ]*\] Input should be {message}"):
+        load_config(config)
+
+
 def test_missing_training_data_says_how_to_give_it():
     with pytest.raises(PretrainConfigError, match="--paths.train"):
         load_config(default_config("tiny"))
