@@ -361,8 +361,10 @@ class Trainer:
         """
         training = self.config.training
         self.model.train()
+        evaluated_at = None  # the step whose weights this call last evaluated
         if self.step == 0:
             self._evaluate()
+            evaluated_at = 0
         bar = tqdm(total=training.max_steps, initial=self.step, disable=not progress or self.rank != 0, unit="step")
         window = _Window(self.tokens_seen)
         last_eval: Optional[Dict[str, float]] = None
@@ -380,6 +382,7 @@ class Trainer:
                     window = _Window(self.tokens_seen)
                 if self.step % training.eval_every == 0:
                     last_eval = self._evaluate() or last_eval
+                    evaluated_at = self.step
                 if interrupted:
                     bar.close()
                     self._log_window(window)
@@ -389,7 +392,7 @@ class Trainer:
                     self.save_checkpoint()
         bar.close()
         self._log_window(window)
-        if self.step % training.eval_every != 0:
+        if evaluated_at != self.step:  # also a finished run resumed: its result and best/ are of its final weights
             last_eval = self._evaluate() or last_eval
         self.save_checkpoint()
         return {"step": self.step, "tokens_seen": self.tokens_seen, "eval": last_eval}

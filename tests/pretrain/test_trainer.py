@@ -1,4 +1,5 @@
 import json
+import shutil
 import subprocess
 import sys
 
@@ -162,6 +163,14 @@ def test_best_keeps_the_weights_of_the_lowest_held_out_perplexity_across_a_resum
     assert best.keys() == stopped.keys()
     for name in best:
         assert torch.equal(best[name], stopped[name]), name
+
+
+def test_rerunning_a_finished_run_evaluates_its_final_weights_and_writes_a_missing_best(tmp_path):
+    _trainer(tmp_path, 10, eval_every=5).run(progress=False)
+    shutil.rmtree(tmp_path / "best")  # as in an output written before best/ existed
+    result = _trainer(tmp_path, 10, eval_every=5).run(progress=False)
+    scores = json.loads((tmp_path / "best" / "scores.json").read_text())
+    assert result["step"] == scores["step"] == 10 and result["eval"]["average_ppl"] == scores["average_ppl"]
 
 
 def test_pretrain_command_refuses_a_missing_corpus_without_writing(tmp_path, write_config):
