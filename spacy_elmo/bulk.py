@@ -32,7 +32,6 @@ from .errors import ElmoError
 from .files import PathLike
 from .layer_mix import fixed_mix_weights
 from .model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
-from .options import ElmoOptions
 from .text import Tokenizer, make_tokenizer, open_text, split_long
 
 LAYER_MODES = ("all", "top", "average", "mix")
@@ -165,10 +164,18 @@ class EmbedSettings:
         except ValueError as err:
             raise EmbedError(f"--mix-weights: {err}") from None
 
-    def check_model(self) -> None:
-        """Fail before any output is written if the biLM's options don't fit the mix weights."""
+    def load_embedder(self, device: str) -> ElmoEmbedder:
+        """The biLM these settings name, read and verified on ``device``, its layer count checked against the mix.
+
+        Called before the output is created: a wrong ``--options``/``--weights`` path, a damaged file or mix
+        weights that don't fit then leave nothing behind (a stub would record the wrong settings and refuse
+        the corrected rerun).
+        """
+        options_file, weight_file = self.model_files()
+        embedder = ElmoEmbedder(options_file, weight_file, initial_state=self.initial_state, device=resolve_device(device))
         if self.layers != "all":
-            self.mix_weights_for(ElmoOptions.from_file(self.model_files()[0]).n_output_layers)
+            self.mix_weights_for(embedder.options.n_output_layers)
+        return embedder
 
     def tokenizer(self) -> Tokenizer:
         return str.split if self.whitespace else make_tokenizer(self.lang)
@@ -279,8 +286,9 @@ class EmbedResult:
     """What a call of :func:`embed_file` did."""
 
     output: Path
-    lines_written: int
-    tokens_written: int
+    lines_total: int  # the shard's lines, all in the file now
+    lines_written: int  # of them, those embedded by this call (fewer when it resumed a run)
+    tokens_written: int  # tokens of the lines_written
     already_complete: bool
 
 
@@ -301,32 +309,30 @@ def embed_file(
         raise EmbedError(f"--batch-size must be at least 1, found {batch_size}")
     input_path, output_path = Path(input_path), Path(output_path)
     shard = settings.shard
+    embedder = settings.load_embedder(device)  # model, input, then output: nothing is written unless all check out
     n_lines = scan_input(input_path, settings.jsonl, shard)
-    settings.check_model()
+    total = shard.lines_before(n_lines)
     out = EmbeddingFile(output_path, settings.record(input_path), n_lines)
     try:
         if out.complete:
-            return EmbedResult(output_path, 0, 0, already_complete=True)
-        options_file, weight_file = settings.model_files()
-        embedder = ElmoEmbedder(options_file, weight_file, initial_state=settings.initial_state, device=resolve_device(device))
+            return EmbedResult(output_path, total, 0, 0, already_complete=True)
         tokenize = settings.tokenizer()
-        total = shard.lines_before(n_lines)
-        bar = tqdm(total=total, initial=shard.lines_before(out.next_line), unit="line", disable=not progress)
         lines_written = tokens_written = 0
         start = time.perf_counter()
-        for batch in minibatch(read_lines(input_path, settings.jsonl, shard, out.next_line), batch_size):
-            tokenized = [(n, item if isinstance(item, list) else tokenize(item)) for n, item in batch]
-            vectors = embed_windows(embedder, [tokens for _, tokens in tokenized], settings.max_tokens)
-            out.write_batch(
-                [(n, tokens, settings.select(v)) for (n, tokens), v in zip(tokenized, vectors)], batch[-1][0] + 1
-            )
-            lines_written += len(batch)
-            tokens_written += sum(len(tokens) for _, tokens in tokenized)
-            bar.update(len(batch))
-            bar.set_postfix(tok_s=f"{tokens_written / max(time.perf_counter() - start, 1e-9):.0f}")
-        bar.close()
+        # the context closes the bar (ending its line) on an interruption too, so that a message after it starts a line
+        with tqdm(total=total, initial=shard.lines_before(out.next_line), unit="line", disable=not progress) as bar:
+            for batch in minibatch(read_lines(input_path, settings.jsonl, shard, out.next_line), batch_size):
+                tokenized = [(n, item if isinstance(item, list) else tokenize(item)) for n, item in batch]
+                vectors = embed_windows(embedder, [tokens for _, tokens in tokenized], settings.max_tokens)
+                out.write_batch(
+                    [(n, tokens, settings.select(v)) for (n, tokens), v in zip(tokenized, vectors)], batch[-1][0] + 1
+                )
+                lines_written += len(batch)
+                tokens_written += sum(len(tokens) for _, tokens in tokenized)
+                bar.update(len(batch))
+                bar.set_postfix(tok_s=f"{tokens_written / max(time.perf_counter() - start, 1e-9):.0f}")
         out.finish()
-        return EmbedResult(output_path, lines_written, tokens_written, already_complete=False)
+        return EmbedResult(output_path, total, lines_written, tokens_written, already_complete=False)
     finally:
         out.close()
 

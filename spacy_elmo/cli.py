@@ -158,12 +158,16 @@ def embed(
         typer.echo(f"✘ {err}", err=True)
         raise typer.Exit(1)
     except KeyboardInterrupt:
-        typer.echo(f"Interrupted: finished batches are kept in {output}; run the same command to continue.", err=True)
+        kept = f"finished batches are kept in {output}; run the same command to continue" if output.exists() else "nothing was written"
+        typer.echo(f"Interrupted: {kept}.", err=True)
         raise typer.Exit(130)
     if result.already_complete:
         typer.echo(f"{output} is already complete; nothing to do.")
-    else:
-        typer.echo(f"Done: {result.lines_written:,} lines, {result.tokens_written:,} tokens → {output}")
+    elif result.lines_written == result.lines_total:
+        typer.echo(f"Done: {result.lines_total:,} lines, {result.tokens_written:,} tokens → {output}")
+    else:  # resumed: the others were written by an earlier run
+        this_run = f"{result.lines_written:,} lines and {result.tokens_written:,} tokens in this run"
+        typer.echo(f"Done: {result.lines_total:,} lines ({this_run}) → {output}")
 
 
 def _parse_weights(text: Optional[str]) -> Optional[Tuple[float, ...]]:

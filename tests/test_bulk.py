@@ -90,7 +90,8 @@ def test_all_layers_equal_the_embedder_window_by_window(allennlp_files, embedder
             want = expected_layers(embedder, tokens, MAX_TOKENS)
             assert f[str(k)].dtype == np.float32 and f[str(k)].shape == (3, len(tokens), 32)
             np.testing.assert_allclose(f[str(k)][...], want, rtol=1e-5, atol=1e-6)
-    assert f"{len(LINES)} lines" in done.output
+    total_tokens = sum(len(tokens) for tokens in spacy_tokens)
+    assert f"Done: {len(LINES)} lines, {total_tokens} tokens →" in done.output
 
 
 @pytest.mark.parametrize(
@@ -165,21 +166,25 @@ def test_shards_cover_every_line_once_with_the_unsharded_vectors(allennlp_files,
     assert bad.exit_code == 1 and "2/2" in bad.output
 
 
-def test_interrupted_run_resumes_to_the_uninterrupted_file(allennlp_files, corpus, tmp_path, monkeypatch):
-    whole = tmp_path / "whole.hdf5"
-    assert embed(allennlp_files, str(corpus), str(whole), "--batch-size", "2").exit_code == 0
+def interrupt_on_batch(monkeypatch, batch: int) -> None:
+    """Make the ``batch``-th call of ``embed_windows`` (1-based) raise KeyboardInterrupt, as Ctrl-C there would."""
     import spacy_elmo.bulk
 
-    real = spacy_elmo.bulk.embed_windows
-    calls = []
+    real, calls = spacy_elmo.bulk.embed_windows, []
 
-    def interrupted_on_third_batch(*args, **kwargs):
+    def interrupted(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == batch:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(spacy_elmo.bulk, "embed_windows", interrupted_on_third_batch)
+    monkeypatch.setattr(spacy_elmo.bulk, "embed_windows", interrupted)
+
+
+def test_interrupted_run_resumes_to_the_uninterrupted_file(allennlp_files, corpus, spacy_tokens, tmp_path, monkeypatch):
+    whole = tmp_path / "whole.hdf5"
+    assert embed(allennlp_files, str(corpus), str(whole), "--batch-size", "2").exit_code == 0
+    interrupt_on_batch(monkeypatch, 3)
     out = tmp_path / "resumed.hdf5"
     stopped = embed(allennlp_files, str(corpus), str(out), "--batch-size", "2")
     assert stopped.exit_code == 130 and "run the same command" in stopped.output
@@ -189,10 +194,11 @@ def test_interrupted_run_resumes_to_the_uninterrupted_file(allennlp_files, corpu
         # what a run killed mid-batch may leave: a dataset past next_line, of the wrong shape
         f.create_dataset("4", data=np.zeros((1, 1, 1), dtype=np.float32))
         f.create_dataset("tokens/4", data=np.array(["stale"], dtype=h5py.string_dtype()))
-    monkeypatch.setattr(spacy_elmo.bulk, "embed_windows", real)
+    monkeypatch.undo()
     resumed = embed(allennlp_files, str(corpus), str(out), "--batch-size", "2")
     assert resumed.exit_code == 0, resumed.output
-    assert "3 lines" in resumed.output  # lines 4-6 only
+    this_run = sum(len(tokens) for tokens in spacy_tokens[4:])  # lines 4-6 only
+    assert f"Done: {len(LINES)} lines (3 lines and {this_run} tokens in this run) →" in resumed.output
     assert_same_file(out, whole)
     again = embed(allennlp_files, str(corpus), str(out), "--batch-size", "2")
     assert again.exit_code == 0 and "already complete" in again.output
@@ -266,3 +272,64 @@ def test_an_output_that_is_not_ours_is_left_alone(allennlp_files, corpus, tmp_pa
     assert done.exit_code == 1 and "not written by 'spacy_elmo embed'" in done.output
     with h5py.File(tmp_path / "other.hdf5", "r") as f:
         assert list(f) == ["data"] and not f.attrs
+
+
+def test_interrupted_starts_its_own_line_after_the_progress_bar(allennlp_files, corpus, tmp_path, monkeypatch):
+    interrupt_on_batch(monkeypatch, 3)
+    options, weights = allennlp_files
+    args = ["embed", str(corpus), str(tmp_path / "out.hdf5"), "--options", str(options), "--weights", str(weights),
+            "--batch-size", "2"]  # no --quiet: the bar is drawn
+    stopped = CliRunner().invoke(app, args)
+    assert stopped.exit_code == 130
+    lines = stopped.stderr.split("\n")  # not splitlines(): the bar redraws itself after a carriage return
+    assert any(f"4/{len(LINES)}" in line for line in lines), stopped.stderr  # the bar was drawn, up to 4 lines
+    assert [line for line in lines if "Interrupted:" in line] == [
+        f"Interrupted: finished batches are kept in {tmp_path / 'out.hdf5'}; run the same command to continue."
+    ]
+
+
+def test_interrupted_before_the_output_exists_says_nothing_was_written(allennlp_files, corpus, tmp_path, monkeypatch):
+    import spacy_elmo.bulk
+
+    def interrupted_while_loading(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(spacy_elmo.bulk, "ElmoEmbedder", interrupted_while_loading)
+    stopped = embed(allennlp_files, str(corpus), str(tmp_path / "out.hdf5"))
+    assert stopped.exit_code == 130 and "Interrupted: nothing was written." in stopped.output
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+@pytest.fixture(scope="module")
+def reference_output(allennlp_files, corpus, tmp_path_factory) -> Path:
+    """The file of a run with the right model files and input."""
+    out = tmp_path_factory.mktemp("reference") / "out.hdf5"
+    assert embed(allennlp_files, str(corpus), str(out)).exit_code == 0
+    return out
+
+
+@pytest.mark.parametrize("wrong", ["options", "weights", "damaged weights", "input"])
+def test_a_wrong_model_or_input_writes_nothing_and_the_corrected_rerun_works(allennlp_files, corpus, reference_output, tmp_path, wrong):
+    """A stub left by the failed run would record the wrong settings and refuse the corrected rerun."""
+    options, weights = allennlp_files
+    damaged = tmp_path / "damaged.hdf5"
+    damaged.write_bytes(weights.read_bytes()[:2000])
+    bad = {
+        "options": {"options": tmp_path / "option.json"},
+        "weights": {"weights": tmp_path / "weights.hdf5"},
+        "damaged weights": {"weights": damaged},
+        "input": {"input": tmp_path / "corpus.txt"},
+    }[wrong]
+    out = tmp_path / "new" / "out.hdf5"
+
+    def run(input_file: Path, options_file: Path, weight_file: Path) -> Result:
+        return CliRunner().invoke(app, ["embed", str(input_file), str(out), "--options", str(options_file),
+                                        "--weights", str(weight_file), "--initial-state", "zeros", "--quiet"])
+
+    failed = run(bad.get("input", corpus), bad.get("options", options), bad.get("weights", weights))
+    assert failed.exit_code == 1 and failed.output.startswith("✘ ") and "Traceback" not in failed.output
+    assert str(next(iter(bad.values()))) in failed.output  # the wrong file is named
+    assert not out.parent.exists()  # nothing written, not even the output's folder
+    fixed = run(corpus, options, weights)
+    assert fixed.exit_code == 0, fixed.output
+    assert_same_file(out, reference_output)
