@@ -4,10 +4,12 @@ Its methods follow AllenNLP 0.9's class of the same name, so existing code ports
 the import. Unlike the reference it is deterministic by default: see ``initial_state`` and
 ``stateful``.
 """
+import reprlib
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
+from spacy.tokens import Doc, Span, Token
 
 from .default_model import DEFAULT_LANG, model_files
 from .files import PathLike
@@ -15,6 +17,9 @@ from .model.carried_state import CarriedState
 from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
 from .threads import DEFAULT_THREADS, check_threads, torch_threads
 from .weights import load_files
+
+# What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
+Sentence = Union[Sequence[str], Sequence[Token], Doc, Span]
 
 
 class ElmoEmbedder:
@@ -100,13 +105,58 @@ class ElmoEmbedder:
         return [layers[:, i, : len(s)] for i, s in enumerate(batch)]
 
 
-def _token_lists(batch: Sequence[Sequence[str]]) -> List[List[str]]:
-    """Each sentence as a list of tokens. A str where a sentence is expected is refused: iterating it would
-    silently embed its characters as one-character tokens."""
-    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in batch):
-        text = batch if isinstance(batch, str) else next(s for s in batch if isinstance(s, str))
+def _token_lists(batch: Iterable[Sentence]) -> List[List[str]]:
+    """Each sentence of a batch as a list of token texts; a spaCy Doc or Span, or a list of Tokens, gives its texts.
+
+    Any other shape is refused with a one-line TypeError naming what was found and where: a str where a sentence
+    is expected would silently embed its characters as one-character tokens, and other shapes (a sentence nested
+    once too deep, ints or None as tokens) would fail deep inside the model without saying which input was wrong.
+    """
+    if isinstance(batch, (str, Doc, Span)):
+        one = "embed_sentence(text.split())" if isinstance(batch, str) else "embed_sentence(doc)"
         raise TypeError(
-            f"ElmoEmbedder takes tokenised sentences, found the string {text[:40]!r}: pass a sentence as a list of "
-            f"tokens, e.g. embed_sentence(text.split()) or the words of a spaCy Doc, and a batch as a list of them"
+            f"ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}: pass a sentence as a list "
+            f"of tokens or a spaCy Doc, e.g. {one}, and a batch as a list of them"
         )
-    return [list(sentence) for sentence in batch]
+    try:
+        sentences = iter(batch)
+    except TypeError:
+        raise TypeError(f"ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}") from None
+    return [_sentence_tokens(sentence, position) for position, sentence in enumerate(sentences)]
+
+
+def _sentence_tokens(sentence: Sentence, position: int) -> List[str]:
+    """The token texts of the batch's sentence number ``position`` (0-based; named in the error)."""
+    if isinstance(sentence, (Doc, Span)):
+        return [token.text for token in sentence]
+    where = f"sentence {position} of the batch"
+    if isinstance(sentence, str):
+        raise TypeError(
+            f"ElmoEmbedder takes tokenised sentences, found the string {sentence[:40]!r} as {where}: pass a sentence "
+            f"as a list of tokens, e.g. embed_sentence(text.split()) or a spaCy Doc, and a batch as a list of them"
+        )
+    try:
+        tokens = iter(sentence)
+    except TypeError:
+        raise TypeError(f"ElmoEmbedder: {where} is {_describe(sentence)}; expected a list of str tokens or a spaCy Doc") from None
+    texts = []
+    for index, token in enumerate(tokens):
+        if isinstance(token, Token):
+            token = token.text
+        elif not isinstance(token, str):
+            deeper = "; a sentence nested one level too deep?" if isinstance(token, (list, tuple, Doc, Span)) else ""
+            raise TypeError(
+                f"ElmoEmbedder: token {index} of {where} is {_describe(token)}; tokens must be str (or spaCy "
+                f"Tokens){deeper}"
+            )
+        texts.append(token)
+    return texts
+
+
+def _describe(value: object) -> str:
+    """A value for an error message: its type and a short repr, e.g. ``a list (['a', 'b'])``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    article = "an" if name[0].lower() in "aeiou" else "a"
+    return f"{article} {name} ({reprlib.repr(value)})".replace("\n", "\\n")  # one line even for a Doc's text

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import spacy
 
 from spacy_elmo import ElmoEmbedder
 
@@ -41,3 +42,40 @@ def test_a_string_is_refused_not_embedded_character_by_character(allennlp_files)
         with pytest.raises(TypeError, match="list of tokens"):
             call()
     assert embedder.embed_sentence("The cat sat".split()).shape == (3, 3, 32)
+
+
+WORDS = ["The", "cat", "sat", "on", "the", "mat", "."]  # spaCy's English tokens of the text below
+
+
+def test_a_doc_a_span_and_spacy_tokens_give_the_vectors_of_their_texts(allennlp_files):
+    embedder = ElmoEmbedder(*allennlp_files, initial_state="zeros")
+    doc = spacy.blank("en")("The cat sat on the mat.")
+    span = doc[1:4]
+    want = embedder.embed_batch([WORDS, ["cat", "sat", "on"], ["a", "b"]])
+    for got, expected in zip(embedder.embed_batch([doc, span, ["a", "b"]]), want):
+        np.testing.assert_array_equal(got, expected)
+    for got, expected in zip(embedder.embed_sentences(iter([doc, span, list(doc[:2])])), want[:2] + embedder.embed_batch([["The", "cat"]])):
+        np.testing.assert_array_equal(got, expected)
+    single = embedder.embed_sentence(WORDS)
+    np.testing.assert_array_equal(embedder.embed_sentence(doc), single)
+    np.testing.assert_array_equal(embedder.embed_sentence(list(doc)), single)  # a list of Tokens
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda e: e.embed_batch([[["a", "b"]]]), r"token 0 of sentence 0 of the batch is a list \(\['a', 'b'\]\); tokens must be str .*nested one level too deep"),
+        (lambda e: e.embed_sentence([["a", "b"]]), r"token 0 of sentence 0 of the batch is a list .*nested one level too deep"),
+        (lambda e: e.embed_sentence(["a", 5]), r"token 1 of sentence 0 of the batch is an int \(5\); tokens must be str"),
+        (lambda e: e.embed_batch([["a"], ["b", None]]), r"token 1 of sentence 1 of the batch is None; tokens must be str"),
+        (lambda e: list(e.embed_sentences([["a"], ["b"], [1.5]])), r"token 0 of sentence 2 of the batch is a float \(1.5\)"),
+        (lambda e: e.embed_batch([["a"], 3]), r"sentence 1 of the batch is an int \(3\); expected a list of str tokens or a spaCy Doc"),
+        (lambda e: e.embed_sentence(None), r"sentence 0 of the batch is None; expected a list of str tokens"),
+        (lambda e: e.embed_batch(None), r"takes a batch as a list of sentences, found None"),
+        (lambda e: e.embed_batch(spacy.blank("en")("A cat.")), r"list of sentences, found a Doc \(A cat.\).*embed_sentence\(doc\)"),
+    ],
+)
+def test_a_wrong_shape_is_a_one_line_type_error_naming_it(allennlp_files, call, message):
+    with pytest.raises(TypeError, match=message) as raised:
+        call(ElmoEmbedder(*allennlp_files))
+    assert "\n" not in str(raised.value)

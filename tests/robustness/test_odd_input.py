@@ -130,6 +130,17 @@ def test_strings_that_do_not_encode_to_utf8():
         assert layers.shape == (3, len(sentence), DIM) and np.isfinite(layers).all()
 
 
+def test_odd_docs_and_their_sentences_given_to_the_embedder_directly(nlp):
+    """Docs and Spans (empty ones, nasty tokens) give exactly the vectors of their token texts."""
+    embedder = ElmoEmbedder(OPTIONS, WEIGHTS, initial_state="zeros")
+    docs = random_docs(nlp, 40, seed=3)
+    spans = [sent for doc in docs if doc.has_annotation("SENT_START") for sent in doc.sents]
+    assert len(spans) > 10
+    for batch in (docs, spans):
+        for got, expected in zip(embedder.embed_batch(batch), embedder.embed_batch([words(d) for d in batch])):
+            np.testing.assert_array_equal(got, expected)
+
+
 # --- 100,000-token Docs -----------------------------------------------------------------------------------------
 
 LONG = 100_000
