@@ -79,3 +79,12 @@ def test_a_wrong_shape_is_a_one_line_type_error_naming_it(allennlp_files, call, 
     with pytest.raises(TypeError, match=message) as raised:
         call(ElmoEmbedder(*allennlp_files))
     assert "\n" not in str(raised.value)
+
+
+def test_a_batch_given_as_a_generator_is_embedded_whole(allennlp_files):
+    embedder = ElmoEmbedder(*allennlp_files, initial_state="zeros")
+    batch = [["A", "b"], ["C"], ["d", "e", "f"]]
+    got = embedder.embed_batch(sentence for sentence in batch)
+    assert [g.shape for g in got] == [(3, 2, 32), (3, 1, 32), (3, 3, 32)]
+    for a, b in zip(got, embedder.embed_batch(batch)):
+        np.testing.assert_array_equal(a, b)
