@@ -86,7 +86,7 @@ def adapt(task: str, data: Path, out: Path, steps: int) -> Path:
     command = [
         sys.executable, "-m", "spacy_elmo", "pretrain", "configs/adapt_en_gutenberg_tiny.cfg", str(bilm),
         "--paths.train", str(out / task / "train.txt"), "--paths.dev", str(out / task / "dev.txt"),
-        "--initialize.run", "pretrain_runs/en_gutenberg_tiny", "--training.max_steps", str(steps), "--quiet",
+        "--training.max_steps", str(steps), "--quiet",  # [initialize]: the embedded run and the shipped biLM
     ]  # fmt: skip
     seconds = run(command, out / task / "adapt.log")
     print(f"adapted the biLM to {task} in {seconds:.0f} s", flush=True)

@@ -263,9 +263,11 @@ def test_project_weibo_workflow_trains_chinese_ner_with_the_embedded_chinese_mod
 
 
 def test_project_sample_adapt_workflow_fine_tunes_the_embedded_bilm_on_training_text(tmp_path):
-    run = ROOT / "pretrain_runs" / "en_gutenberg_tiny"
+    # What a plain clone has: the run's vocabulary and fp16 softmax, and the biLM the package ships (no checkpoint).
+    run, shipped = ROOT / "pretrain_runs" / "en_gutenberg_tiny", ROOT / "spacy_elmo" / "data" / "en_gutenberg_tiny"
     project, _ = _run_workflow(
-        tmp_path, "sample-adapt", "--vars.adapt_from", str(run), "--vars.adapt_steps", "6", "--vars.sample_max_steps", "2"
+        tmp_path, "sample-adapt", "--vars.adapt_from", str(run), "--vars.adapt_options", str(shipped / "options.json"),
+        "--vars.adapt_weights", str(shipped / "weights.hdf5"), "--vars.adapt_steps", "6", "--vars.sample_max_steps", "2",
     )
     train_text = (project / "corpus" / "sample" / "ner" / "train.txt").read_text(encoding="utf-8").splitlines()
     assert len(train_text) == len(_docs(project / "corpus" / "sample" / "ner" / "train.spacy"))

@@ -72,9 +72,12 @@ class ObjectiveSection(_Section):
 class InitializeSection(_Section):
     """Where a run's weights start (domain adaptation, paper section 3.4), instead of at random.
 
-    ``run``: a pretraining output directory; its biLM, vocabulary and softmax continue on the new text.
-    ``options_file`` + ``weight_file``: ELMo files (AllenNLP, bilm-tf or this package); the biLM continues,
-    the vocabulary is built from the new text and the softmax starts fresh.
+    ``run``: a pretraining output directory; its vocabulary and softmax continue on the new text, and its
+    biLM too (from ``checkpoint.pt``) unless ``options_file`` + ``weight_file`` name the biLM. A run kept
+    without its checkpoint (``pretrain_runs/``) holds its softmax in ``softmax.pt`` (fp16) and is started
+    with the package's export of its biLM as ``options_file`` + ``weight_file``.
+    ``options_file`` + ``weight_file`` alone: ELMo files (AllenNLP, bilm-tf or this package); the biLM
+    continues, the vocabulary is built from the new text and the softmax starts fresh.
     """
 
     run: Optional[str] = None
@@ -82,11 +85,9 @@ class InitializeSection(_Section):
     weight_file: Optional[str] = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "InitializeSection":
+    def _both_files(self) -> "InitializeSection":
         if (self.options_file is None) != (self.weight_file is None):
             raise ValueError("give both options_file and weight_file, or neither")
-        if self.run is not None and self.options_file is not None:
-            raise ValueError("give run, or options_file and weight_file, not both")
         return self
 
 

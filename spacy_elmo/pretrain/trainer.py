@@ -36,6 +36,7 @@ from .language_model import BiLanguageModel
 from .vocab import Vocab, count_sentences
 
 CHECKPOINT = "checkpoint.pt"
+SOFTMAX = "softmax.pt"  # a run kept without its checkpoint: the softmax, fp16 (scripts/export_softmax.py)
 BEST = "best"
 
 
@@ -81,10 +82,34 @@ class InitializeError(ElmoError, ValueError):
 
 
 class InitialWeights(NamedTuple):
-    """Weights a new run starts from: the whole language model (biLM and softmax) or the biLM alone."""
+    """Weights a new run starts from: the whole language model (biLM and softmax), or the biLM and/or the softmax."""
 
     model: Optional[Dict[str, torch.Tensor]] = None
     bilm: Optional[Dict[str, torch.Tensor]] = None
+    softmax: Optional[Dict[str, torch.Tensor]] = None
+
+
+def _read_run(run: Path, with_bilm: bool) -> InitialWeights:
+    """A pretraining output directory's language model: its checkpoint's, else (softmax only) its ``softmax.pt``."""
+    checkpoint = run / CHECKPOINT
+    missing = [name for name in ("options.json", "vocab.txt") if not (run / name).exists()]
+    if not checkpoint.exists() and not (run / SOFTMAX).exists():
+        missing.append(f"{CHECKPOINT} or {SOFTMAX}")
+    if missing:
+        raise InitializeError(f"[initialize] run = {run} is not a pretraining output directory: no {', '.join(missing)}")
+    if checkpoint.exists():
+        model = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
+        if with_bilm:
+            return InitialWeights(model=model)
+        return InitialWeights(softmax={k[len("softmax."):]: v for k, v in model.items() if k.startswith("softmax.")})
+    if with_bilm:
+        raise InitializeError(
+            f"[initialize] run = {run} keeps no {CHECKPOINT} (only its fp16 softmax): give its biLM as [initialize] "
+            "options_file and weight_file (for pretrain_runs/<name>: spacy_elmo/data/<name>/options.json and "
+            "weights.hdf5), or restore the checkpoint first (scripts/restore_checkpoint.sh)"
+        )
+    softmax = torch.load(run / SOFTMAX, map_location="cpu", weights_only=True)
+    return InitialWeights(softmax={k: v.float() for k, v in softmax.items()})
 
 
 def read_initial_weights(config: PretrainConfig) -> InitialWeights:
@@ -92,26 +117,26 @@ def read_initial_weights(config: PretrainConfig) -> InitialWeights:
     init = config.initialize
     if init.run is None and init.options_file is None:
         return InitialWeights()
+    sources = []  # (options, where they were read) of each source, all checked against [model]
     try:
+        weights = InitialWeights()
         if init.run is not None:
             run = Path(init.run)
-            missing = [name for name in ("options.json", "vocab.txt", CHECKPOINT) if not (run / name).exists()]
-            if missing:
-                raise InitializeError(f"[initialize] run = {run} is not a pretraining output directory: no {', '.join(missing)}")
-            options, source = ElmoOptions.from_file(run / "options.json"), str(run)
-            weights = InitialWeights(model=torch.load(run / CHECKPOINT, map_location="cpu", weights_only=True)["model"])
-        else:
+            weights = _read_run(run, with_bilm=init.options_file is None)
+            sources.append((ElmoOptions.from_file(run / "options.json"), str(run)))
+        if init.options_file is not None:
             bilm = load_files(init.options_file, init.weight_file)
-            options, source = bilm.options, str(init.options_file)
-            weights = InitialWeights(bilm=bilm.state_dict())
+            sources.append((bilm.options, str(init.options_file)))
+            weights = weights._replace(bilm=bilm.state_dict())
     except (OSError, ElmoError) as err:
         raise InitializeError(f"Cannot start from the [initialize] biLM: {err}") from None
     wanted = config.options()
-    differ = [f.name for f in fields(ElmoOptions) if f.name not in ("extra", "n_characters")
-              and getattr(options, f.name) != getattr(wanted, f.name)]
-    if differ:
-        details = "; ".join(f"{k}: {getattr(options, k)!r} there, {getattr(wanted, k)!r} in [model]" for k in differ)
-        raise InitializeError(f"The biLM in {source} has another architecture than [model] ({details}): make [model] match it")
+    for options, source in sources:
+        differ = [f.name for f in fields(ElmoOptions) if f.name not in ("extra", "n_characters")
+                  and getattr(options, f.name) != getattr(wanted, f.name)]
+        if differ:
+            details = "; ".join(f"{k}: {getattr(options, k)!r} there, {getattr(wanted, k)!r} in [model]" for k in differ)
+            raise InitializeError(f"The biLM in {source} has another architecture than [model] ({details}): make [model] match it")
     return weights
 
 
@@ -217,6 +242,8 @@ class Trainer:
             self.model.load_state_dict(initial.model)
         if initial.bilm is not None:
             self.model.bilm.load_state_dict(initial.bilm)
+        if initial.softmax is not None:
+            self.model.softmax.load_state_dict(initial.softmax)
         self.ddp: torch.nn.Module = self.model
         if self.world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
