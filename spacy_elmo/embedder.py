@@ -139,18 +139,20 @@ def _sentence_tokens(sentence: Sentence, position: int) -> List[str]:
         tokens = iter(sentence)
     except TypeError:
         raise TypeError(f"ElmoEmbedder: {where} is {_describe(sentence)}; expected a list of str tokens or a spaCy Doc") from None
-    texts = []
-    for index, token in enumerate(tokens):
-        if isinstance(token, Token):
-            token = token.text
-        elif not isinstance(token, str):
-            deeper = "; a sentence nested one level too deep?" if isinstance(token, (list, tuple, Doc, Span)) else ""
-            raise TypeError(
-                f"ElmoEmbedder: token {index} of {where} is {_describe(token)}; tokens must be str (or spaCy "
-                f"Tokens){deeper}"
-            )
-        texts.append(token)
-    return texts
+    texts = list(tokens)
+    if set(map(type, texts)) <= {str}:  # the usual case, checked at C speed
+        return texts
+    return [_token_text(token, index, where) for index, token in enumerate(texts)]
+
+
+def _token_text(token: Union[str, Token], index: int, where: str) -> str:
+    """A token's text: a str as it is, a spaCy Token's ``.text``; anything else is a TypeError naming it."""
+    if isinstance(token, Token):
+        return token.text
+    if isinstance(token, str):
+        return token
+    deeper = "; a sentence nested one level too deep?" if isinstance(token, (list, tuple, Doc, Span)) else ""
+    raise TypeError(f"ElmoEmbedder: token {index} of {where} is {_describe(token)}; tokens must be str (or spaCy Tokens){deeper}")
 
 
 def _describe(value: object) -> str:
