@@ -1,13 +1,30 @@
 """Read and write biLM weights in the AllenNLP / bilm-tf ``.hdf5`` layout (TensorFlow conventions, ``y = x @ W``).
 
 Every dataset of the file is checked against the options before a model is built: a missing
-or unexpected key, a wrong shape, a non-float or non-finite array raises
-:class:`~spacy_elmo.errors.ElmoWeightsError` naming the file and the key. Files are read with
-h5py only, so loading never runs code from the file.
+or unexpected key, a wrong shape, a non-float, non-finite or implausibly large array raises
+:class:`~spacy_elmo.errors.ElmoWeightsError` naming the file and the key; then the built biLM
+is run once on a probe and must give finite, bounded vectors. Files are read with h5py only, so
+loading never runs code from the file.
+
+Why bounds: the AllenNLP files have no checksums, and random bytes over a dataset mostly decode
+to finite floats (about half of all bit patterns are finite numbers above 1e3 in magnitude), so
+a damaged file passed the NaN check and gave vectors of 6.5e37. The largest magnitude of any
+dataset measured in weights that are known to be real, in the Nov 2026 tree:
+
+- AllenNLP's and bilm-tf's test models (tests/fixtures/elmo, = shared/data/elmo_fixture): 2.03 and 2.00;
+- the embedded en_gutenberg_tiny and zh_classics_tiny (trained here): 2.22 and 2.06;
+- ELMoForManyLangs' own random initialisation (tests/data/manylangs_tiny), converted: 1.96;
+- a fresh :class:`BiLm` of every preset: 2.00 (the highway carry bias starts at 2).
+
+The largest are highway carry biases and character embeddings; no published full-size file was
+available to measure. :data:`MAX_ABS_WEIGHT` allows some 450 times the largest seen. The probe
+(:func:`check_outputs`) catches weights that are each plausible but together give absurd vectors;
+on it (rare bytes included) the vectors of the models above stay below 51 (en_gutenberg_tiny's token
+layer; the others below 12), and :data:`MAX_ABS_OUTPUT` allows some 2000 times that.
 """
 import io
 from pathlib import Path
-from typing import BinaryIO, Callable, Dict, List, NamedTuple, Tuple, Union
+from typing import BinaryIO, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import h5py
 import numpy as np
@@ -16,9 +33,14 @@ import torch
 from .errors import ElmoWeightsError
 from .files import PathLike, atomic_write
 from .model.bilm import BiLm
+from .model.token_ids import TokenIds
 from .options import ElmoOptions
 
 Source = Union[PathLike, BinaryIO]
+
+MAX_ABS_WEIGHT = 1e3  # real ELMo weights measured stay below 2.3 (module docstring)
+MAX_ABS_OUTPUT = 1e5  # real ELMo vectors measured on the probe stay below 51 (module docstring)
+DAMAGED = "the file is damaged (or was written by a training run that diverged): download or export it again"
 
 
 class _Entry(NamedTuple):
@@ -132,12 +154,7 @@ def read_weights(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
                     raise ElmoWeightsError(
                         f"ELMo weight file {name}: dataset {key!r} has dtype {dataset.dtype}, expected floating point"
                     )
-                array = np.asarray(dataset[()], dtype=np.float32)
-                if not np.isfinite(array).all():
-                    raise ElmoWeightsError(
-                        f"ELMo weight file {name}: dataset {key!r} holds NaN or infinite values; the file is damaged"
-                    )
-                arrays[key] = array
+                arrays[key] = _plausible(np.asarray(dataset[()], dtype=np.float32), name, key)
     except ElmoWeightsError:
         raise
     except (OSError, RuntimeError, KeyError, ValueError) as err:  # what h5py raises for damaged files
@@ -148,15 +165,64 @@ def read_weights(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
     return arrays
 
 
+def _plausible(array: np.ndarray, name: str, key: str) -> np.ndarray:
+    """``array`` if every value is finite and at most :data:`MAX_ABS_WEIGHT` in magnitude; else an error naming it."""
+    if not np.isfinite(array).all():
+        raise ElmoWeightsError(f"ELMo weight file {name}: dataset {key!r} holds NaN or infinite values; {DAMAGED}")
+    largest = float(np.abs(array).max()) if array.size else 0.0
+    if largest > MAX_ABS_WEIGHT:
+        raise ElmoWeightsError(
+            f"ELMo weight file {name}: dataset {key!r} holds values up to {largest:.3g} in magnitude, where ELMo "
+            f"weights stay below {MAX_ABS_WEIGHT:g} (real ones below 3); {DAMAGED}"
+        )
+    return array
+
+
+def _probe(options: ElmoOptions) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Token ids that together read every character embedding but the padding ones (and one word row per token)."""
+    rows = options.n_characters if options.char_vocabulary else 262
+    pad = TokenIds(options).pad_char
+    chars = np.array([i for i in range(1, rows) if i != pad], dtype=np.int64)
+    n_tokens = -(-len(chars) // options.max_characters_per_token)
+    char_ids = torch.from_numpy(np.resize(chars, (n_tokens, options.max_characters_per_token)))
+    word_ids = torch.arange(n_tokens) % len(options.word_embedding["words"]) if options.word_dim else None
+    return char_ids, word_ids
+
+
+def check_outputs(model: BiLm, name: str) -> None:
+    """Refuse a biLM whose vectors on :func:`_probe` are not finite or exceed :data:`MAX_ABS_OUTPUT`.
+
+    Each weight may be plausible and the vectors still absurd; one short forward pass shows it. The
+    probe's tokens go through the LSTMs as rows of two steps: the second step reads the hidden-state
+    weights, and fewer steps keep the check cheap for the large models (a step costs the same for
+    one row or a few).
+    """
+    char_ids, word_ids = _probe(model.options)
+    with torch.no_grad():
+        tokens = model.token_layer(char_ids, word_ids)
+        if tokens.shape[0] % 2:
+            tokens = torch.cat((tokens, tokens[:1]))
+        layers, _ = model(tokens.view(-1, 2, tokens.shape[1]), [2] * (tokens.shape[0] // 2))
+    for k, layer in enumerate(layers):
+        largest = float(layer.abs().max())
+        if not largest <= MAX_ABS_OUTPUT:  # also true for NaN
+            raise ElmoWeightsError(
+                f"ELMo weight file {name}: layer {k} of the biLM gives values of {largest:.3g} on a probe of every "
+                f"character, where ELMo vectors stay below {MAX_ABS_OUTPUT:g} (real ones below 60); {DAMAGED}"
+            )
+
+
 def load_bilm(options: ElmoOptions, weights: Source) -> BiLm:
-    """A :class:`BiLm` with the weights of ``weights``, in eval mode. Nothing is built if the file is bad."""
+    """A :class:`BiLm` with the weights of ``weights``, in eval mode. Nothing is returned if the file is bad."""
     arrays = read_weights(weights, options)
     model = BiLm(options)
     entries = layout(options)
     with torch.no_grad():
         for key, array in arrays.items():
             entries[key].put(model, torch.from_numpy(array))
-    return model.eval()
+    model.eval()
+    check_outputs(model, _name(weights))
+    return model
 
 
 def write_weights(model: BiLm, target: Source, dtype: str = "float32") -> None:

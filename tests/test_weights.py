@@ -97,6 +97,26 @@ def test_non_finite_values(tmp_path, allennlp_files):
         load_files(allennlp_files[0], path)
 
 
+def test_finite_values_far_beyond_any_real_weight_are_refused(tmp_path, allennlp_files):
+    def edit(f):
+        f["CNN_high_0/W_carry"][5, 7] = 6.5e37  # what random bytes over a dataset decode to, as in issue 21
+
+    path = _edited_copy(tmp_path, allennlp_files[1], edit)
+    with pytest.raises(ElmoWeightsError, match=r"edited.hdf5: dataset 'CNN_high_0/W_carry' holds values up to 6\.5e\+37"):
+        load_files(allennlp_files[0], path)
+
+
+def test_plausible_weights_giving_absurd_vectors_are_refused(tmp_path, allennlp_files):
+    def edit(f):  # every value below the weight bound of 1000; together they give layer-0 vectors near 6e7
+        f["CNN_proj/W_proj"][...] = 999.0
+        for i in range(5):
+            f[f"CNN/b_cnn_{i}"][...] = 999.0
+
+    path = _edited_copy(tmp_path, allennlp_files[1], edit)
+    with pytest.raises(ElmoWeightsError, match=r"edited.hdf5: layer 0 of the biLM gives values of .*e\+0[78] on a probe"):
+        load_files(allennlp_files[0], path)
+
+
 def test_options_that_do_not_match_the_weights(allennlp_files):
     data = ElmoOptions.from_file(allennlp_files[0]).to_dict()
     data["char_cnn"]["n_highway"] = 1

@@ -6,7 +6,7 @@ import io
 import pickle
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Tuple
 
 import h5py
 import numpy as np
@@ -71,6 +71,42 @@ def test_every_flipped_bit_is_either_detected_or_harmless(exported):
             continue
         assert all(np.array_equal(arrays[key], original[key]) for key in original), f"silent damage at byte {position}"
     assert detected > 175
+
+
+def _random_damage(data: bytes, seed: int, sizes: Tuple[int, int]) -> bytes:
+    """``data`` with a seeded run of random bytes, its length drawn from ``sizes`` (inclusive), at a seeded offset."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(sizes[0], sizes[1] + 1))
+    offset = int(rng.integers(0, len(data) - size + 1))
+    damaged = bytearray(data)
+    damaged[offset : offset + size] = rng.bytes(size)
+    return bytes(damaged)
+
+
+@pytest.mark.parametrize(
+    "source, sizes",
+    [
+        # AllenNLP's file has no checksums, as the published ones: blocks of random bytes, as a bad disk sector or
+        # an interrupted copy leaves them (a few random bytes there can be plausible weights, which nothing catches).
+        ("allennlp", (512, 4096)),
+        # This package's files carry Fletcher-32 checksums: even a few random bytes are caught.
+        ("written", (1, 64)),
+    ],
+)
+def test_random_damage_is_refused_or_harmless(exported, tmp_path, source, sizes):
+    """Seeded sweep: a damaged copy must be refused with ElmoWeightsError or give the undamaged file's vectors."""
+    options_file, weight_file = (ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5") if source == "allennlp" else exported
+    data = weight_file.read_bytes()
+    sentence = TEXT.split()
+    expected = ElmoEmbedder(options_file, weight_file, initial_state="zeros").embed_sentence(sentence)
+    damaged = tmp_path / "damaged.hdf5"
+    for seed in range(100):
+        damaged.write_bytes(_random_damage(data, seed, sizes))
+        try:
+            vectors = ElmoEmbedder(options_file, damaged, initial_state="zeros").embed_sentence(sentence)
+        except ElmoWeightsError:
+            continue
+        np.testing.assert_array_equal(vectors, expected, err_msg=f"seed {seed}: damaged weights loaded silently")
 
 
 def test_truncated_written_file(exported, tmp_path):
