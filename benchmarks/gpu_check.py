@@ -3,9 +3,12 @@
     python benchmarks/gpu_check.py [--options options.json --weights weights.hdf5]
 
 Checks, failing with a message on the first problem:
+0. torch alone (no spaCy needed): the biLM on CUDA gives the CPU's vectors, and a bf16 step of its language
+   model trains there (loss finite, weights move);
 1. after ``spacy.require_gpu()`` the biLM runs on CUDA, ``Doc._.elmo`` is CPU numpy, equal to the CPU run;
 2. a listener NER trains a few steps on GPU (its mix weights are cupy arrays and move);
 3. a pipeline saved on GPU loads in a CPU-only process with the same vectors, and loads back on GPU.
+Checks 1-3 need spaCy (and cupy); where spaCy is not installed (a lent machine) they are reported as not run.
 ``--cpu`` runs the same steps without a GPU (to check the script itself).
 Defaults: the reference fixture weights under ../shared, else the embedded model.
 """
@@ -19,7 +22,11 @@ from typing import List, Optional
 
 import numpy as np
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "elmo_fixture" / "allennlp"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from torch_only import ROOT, load_package  # noqa: E402
+
+FIXTURE = ROOT.parent / "shared" / "data" / "elmo_fixture" / "allennlp"
+EMBEDDED = ROOT / "spacy_elmo" / "data" / "en_gutenberg_tiny"
 TEXTS = ["The cat sat on the mat .", "EU rejects German call to boycott British lamb .", "Short"]
 
 
@@ -51,16 +58,59 @@ def _plain_env() -> dict:
     return {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
 
 
+def check_torch(options: str, weights: str, device: str) -> None:
+    """Check 0: the biLM's vectors on ``device`` equal the CPU's; one bf16 language-model step trains there."""
+    import torch
+
+    from spacy_elmo.model.encoder import ElmoEncoder
+    from spacy_elmo.pretrain.language_model import BiLanguageModel
+    from spacy_elmo.pretrain.vocab import SPECIALS, Vocab
+    from spacy_elmo.weights import load_files
+
+    sentences = [text.split() for text in TEXTS]
+    cpu = [v.detach().numpy() for v in ElmoEncoder(load_files(options, weights), initial_state="zeros").embed_sentences(sentences)]
+    encoder = ElmoEncoder(load_files(options, weights), initial_state="zeros").to(device)
+    moved = [v.detach().cpu().numpy() for v in encoder.embed_sentences(sentences)]
+    gap = max(float(np.abs(a - b).max()) for a, b in zip(cpu, moved))
+    assert gap < 1e-4, f"biLM vectors on {device} differ from the CPU's by {gap:.2e}"
+    bilm = load_files(options, weights)
+    vocab = Vocab([*SPECIALS, *sorted({w for s in sentences for w in s})])
+    model = BiLanguageModel(bilm.options, vocab, [2], 4.0, 0.0)
+    model.bilm.load_state_dict(bilm.state_dict())
+    model.to(device)
+    before = model.bilm.w_proj.detach().clone()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        loss = model(sentences).mean
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss), f"bf16 loss on {device} is {loss.item()}"
+    assert not torch.equal(before, model.bilm.w_proj.detach()), "the bf16 step changed no weight"
+    print(f"0. torch on {device}: ok (max |{device} - cpu| = {gap:.2e}; bf16 LM step, loss {loss.item():.3f})")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--options")
     parser.add_argument("--weights")
     parser.add_argument("--cpu", action="store_true", help="run without a GPU (checks the script only)")
     args = parser.parse_args(argv)
-    if args.options is None and (FIXTURE / "options.json").exists():
-        args.options, args.weights = str(FIXTURE / "options.json"), str(FIXTURE / "lm_weights.hdf5")
+    if args.options is None:
+        folder, name = (FIXTURE, "lm_weights.hdf5") if (FIXTURE / "options.json").exists() else (EMBEDDED, "weights.hdf5")
+        args.options, args.weights = str(folder / "options.json"), str(folder / name)
+    device = "cpu" if args.cpu else "cuda"
+    if device == "cuda":
+        import torch
 
-    import spacy
+        if not torch.cuda.is_available():
+            raise SystemExit("torch sees no CUDA device: run on a GPU machine, or give --cpu to check the script")
+    load_package()
+    check_torch(args.options, args.weights, device)
+    try:
+        import spacy
+    except ImportError:
+        print("checks 1-3 not run: spaCy is not installed here (torch-level check 0 passed)")
+        return
     from spacy.tokens import Doc
     from spacy.training import Example
 
@@ -74,7 +124,6 @@ def main(argv: Optional[List[str]] = None) -> None:
             spacy.require_gpu()
         except Exception as err:  # cupy or CUDA missing: say so, nothing else can be checked
             raise SystemExit(f"spacy.require_gpu() failed ({err}); install cupy for this CUDA and torch with CUDA")
-    device = "cpu" if args.cpu else "cuda"
 
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=config)

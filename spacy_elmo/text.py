@@ -8,13 +8,13 @@ import io
 from pathlib import Path
 from typing import Callable, List
 
-import spacy
-
 Tokenizer = Callable[[str], List[str]]
 
 
 def make_tokenizer(lang: str) -> Tokenizer:
     """The spaCy tokenizer of ``lang`` as a function from a line to its non-space tokens."""
+    import spacy  # here, not above: pretraining on pre-tokenized text runs where spaCy is not installed
+
     tokenizer = spacy.blank(lang).tokenizer
     return lambda line: [t.text for t in tokenizer(line) if not t.is_space]
 

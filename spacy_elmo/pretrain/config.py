@@ -57,6 +57,7 @@ class CorpusSection(_Section):
     dev: Optional[str] = None
     max_sentence_tokens: PositiveInt = 100
     dev_max_sentences: PositiveInt = 2000
+    pretokenized: bool = False  # lines are tokens joined by spaces (scripts/gpu_bundle.py): split, no spaCy needed
 
 
 class VocabSection(_Section):

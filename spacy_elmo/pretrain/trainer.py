@@ -212,7 +212,7 @@ class Trainer:
         if resuming:
             check_resumable(self.output_dir / "config.cfg", raw_config)
         # Everything that can fail on the user's input fails here, before anything is written.
-        tokenize = make_tokenizer(config.nlp.lang)
+        tokenize = str.split if config.corpus.pretokenized else make_tokenizer(config.nlp.lang)
         training = config.training
         self.stream = SentenceStream(
             resolve_files(config.corpus.train),

@@ -1,0 +1,82 @@
+"""The GPU pretraining command, run on the CPU with a tiny bundle and budget where spaCy cannot be imported.
+
+A lent GPU machine has torch, numpy, h5py, tqdm and typer but no spaCy, thinc, srsly or cupy; confection and
+pydantic travel as wheels (scripts/gpu_bundle.py WHEELS). This runs the same scripts with those modules made
+unimportable and checks what they import, what they bring back and what would travel.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKED = ("spacy", "thinc", "srsly", "catalogue", "cupy", "weasel", "wasabi")
+# On the lent machine: torch (with what it imports), numpy, h5py, tqdm, typer; and the wheels that travel.
+LENT = {"torch", "numpy", "h5py", "tqdm", "typer", "typing_extensions", "sympy", "mpmath", "networkx", "jinja2",
+        "markupsafe", "filelock", "fsspec", "torchgen"}
+# Imported here only because installed (site's setuptools hook; tqdm's and torch's optional imports).
+OPTIONAL = {"_distutils_hack", "colorama", "certifi", "__editable___spacy_elmo_0_1_0_finder"}
+SITECUSTOMIZE = """
+import atexit, os, sys
+
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError(f"{{name}} is not installed on a lent GPU machine")
+
+sys.meta_path.insert(0, _Block())
+
+@atexit.register
+def _record():
+    loaded = {{m.split(".")[0] for m, mod in list(sys.modules.items())
+              if "site-packages" in (getattr(mod, "__file__", None) or "")}}
+    with open(os.environ["IMPORTS_RECORD"], "a") as f:
+        f.write(" ".join(sorted(loaded)) + "\\n")
+"""
+
+
+def _bundle(tmp_path: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "scripts/gpu_bundle.py", "--train-mib", "0.02", "--dev-lines", "20", "--out", str(tmp_path / "bundle")]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _dry_run(tmp_path: Path) -> subprocess.CompletedProcess:
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(SITECUSTOMIZE.format(blocked=BLOCKED))
+    env = {**os.environ, "PYTHONPATH": str(blocker), "IMPORTS_RECORD": str(tmp_path / "imports.txt"),
+           "GPU_BUNDLE": str(tmp_path / "bundle"), "CUDA_VISIBLE_DEVICES": ""}
+    command = ["bash", "scripts/gpu_pretrain.sh", "900", str(tmp_path / "out"), "256", "0.004", "2"]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_gpu_pretraining_dry_run_trains_checks_and_returns_files_without_spacy(tmp_path):
+    bundled = _bundle(tmp_path)
+    assert bundled.returncode == 0, bundled.stderr
+    mib = float(bundled.stdout.split("would travel: ")[1].split(" MiB")[0])
+    print(f"would travel: {mib} MiB")  # the tree and this tiny bundle; a real bundle adds --train-mib and wheels
+    done = _dry_run(tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    back = sorted((tmp_path / "out").iterdir())
+    assert [p.name for p in back] == sorted(
+        ["options.json", "weights.hdf5", "best_weights.hdf5", "best_scores.json", "log.jsonl", "config.cfg", "gpu_check.txt"]
+    )
+    assert all(p.stat().st_size <= 16 * 2**20 for p in back)
+    evals = [r["step"] for r in map(json.loads, (tmp_path / "out" / "log.jsonl").read_text().splitlines()) if r.get("event") == "eval"]
+    assert evals == [0, 2]
+    report = (tmp_path / "out" / "gpu_check.txt").read_text()
+    assert "0. torch on cpu: ok" in report and "checks 1-3 not run: spaCy is not installed" in report
+
+    imported = set((tmp_path / "imports.txt").read_text().split())
+    assert imported - LENT - OPTIONAL - set(_wheels()) == set()
+    assert {"confection", "pydantic"} <= imported  # the config path needs them: hence the wheels
+
+
+def _wheels():
+    spec = importlib.util.spec_from_file_location("gpu_bundle", ROOT / "scripts" / "gpu_bundle.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WHEELS
