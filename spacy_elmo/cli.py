@@ -1,6 +1,6 @@
 """``python -m spacy_elmo``: commands in spaCy's CLI style (config file + dotted overrides)."""
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import typer
 from spacy.cli._util import parse_config_overrides
@@ -10,6 +10,21 @@ from .interrupts import sigterm_as_interrupt
 from .options import PRESET_NAMES
 
 app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs, embed a corpus, plot what was learned.", no_args_is_help=True)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from .about import __version__
+
+        typer.echo(f"spacy-elmo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, help="Print the version and exit"),
+) -> None:
+    pass
 
 
 @app.command("demo")
@@ -26,15 +41,24 @@ def demo(
 @app.command("download")
 def download(
     name: str = typer.Argument(..., help="Model name, e.g. small, original, manylangs-de (see: list)"),
+    local: Optional[List[Path]] = typer.Option(
+        None, "--from", help="Files fetched by hand, instead of downloading: a folder holding the options .json and "
+        "weights .hdf5, or each of the two (--from twice); for manylangs-*, the .zip or the folder it unpacks to",
+    ),
     force: bool = typer.Option(False, "--force", help="Download again even if the model is already there"),
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for the server before giving up"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
-    """Download a published ELMo model into the cache ($SPACY_ELMO_CACHE or ~/.cache/spacy-elmo) and verify it."""
+    """Download a published ELMo model into the cache ($SPACY_ELMO_CACHE or ~/.cache/spacy-elmo) and verify it.
+
+    With --from, files fetched by hand elsewhere are verified (and converted) in the same way, without network.
+    """
     from .download import download as fetch_model
 
     try:
-        options, weights = fetch_model(name, timeout=timeout, progress=not quiet, force=force, log=typer.echo)
+        options, weights = fetch_model(
+            name, timeout=timeout, progress=not quiet, force=force, log=typer.echo, local=local or ()
+        )
     except ElmoError as err:
         typer.echo(f"✘ {err}", err=True)
         raise typer.Exit(1)
@@ -42,16 +66,40 @@ def download(
 
 
 @app.command("list")
-def list_models() -> None:
-    """List the models that download knows, their size and training data; * marks those downloaded."""
+def list_models(
+    match: Optional[str] = typer.Argument(None, help="Only models whose name contains this, or of this language (e.g. de)"),
+    only_downloaded: bool = typer.Option(False, "--downloaded", help="Only the published models already downloaded"),
+) -> None:
+    """List the cache folder, the embedded models, and the published models download knows (* marks those downloaded)."""
     from .catalog import CATALOG
+    from .default_model import DATA_DIR, EMBEDDED_MODELS
     from .download import cache_dir, downloaded
 
+    def wanted(name: str, language: str) -> bool:
+        return match is None or match.lower() in name.lower() or match.lower() == language.lower()
+
     present = downloaded()
-    for entry in CATALOG.values():
+    embedded: Dict[str, str] = {name: lang for lang, name in EMBEDDED_MODELS.items() if wanted(name, lang)}
+    published = [
+        e for e in CATALOG.values() if wanted(e.name, e.language) and (e.name in present or not only_downloaded)
+    ]
+    if not embedded and not published:
+        typer.echo(f"✘ No model matches {match!r}{' among those downloaded' if only_downloaded else ''}. See: "
+                   f"python -m spacy_elmo list", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"Cache: {cache_dir()}")
+    if embedded:
+        typer.echo("Embedded in the package (no download; used for their language when no model is given):")
+    for name, lang in embedded.items():
+        size = (DATA_DIR / name / "weights.hdf5").stat().st_size / 1e6
+        typer.echo(f"  {name:18} {lang}  {size:.1f} MB, in {DATA_DIR / name}")
+    if published:
+        typer.echo("Published (python -m spacy_elmo download NAME):")
+    elif only_downloaded:
+        typer.echo("No published model is downloaded yet (python -m spacy_elmo download NAME).")
+    for entry in published:
         mark = "*" if entry.name in present else " "
         typer.echo(f"{mark} {entry.name:16} {entry.description}\n    size: {entry.size}\n    data: {entry.training_data}")
-    typer.echo(f"Cache: {cache_dir()}")
 
 
 @app.command("init-config")
@@ -103,8 +151,18 @@ def pretrain(
     except KeyboardInterrupt:
         typer.echo(f"Interrupted: checkpoint saved in {output_dir}; run the same command to resume.", err=True)
         raise typer.Exit(130)
-    typer.echo(f"Done: {result['step']} steps, {result['tokens_seen']:,} tokens; held-out {result['eval']}")
+    typer.echo(f"Done: {result['step']} steps, {result['tokens_seen']:,} tokens; {_held_out(result['eval'])}")
     typer.echo(f"ELMo files: {output_dir / 'options.json'} and {output_dir / 'weights.hdf5'}")
+
+
+def _held_out(scores: Optional[Dict[str, float]]) -> str:
+    """``{"forward_ppl": 516.51, ...}`` → ``held-out perplexity: forward 516.5, backward 520.1 (average 518.3)``."""
+    if scores is None:
+        return "no held-out perplexity (give held-out text with --paths.dev)"
+    return (
+        f"held-out perplexity: forward {scores['forward_ppl']:.1f}, backward {scores['backward_ppl']:.1f} "
+        f"(average {scores['average_ppl']:.1f})"
+    )
 
 
 @app.command("embed")

@@ -14,15 +14,16 @@ using one that is missing raises an error that gives the download command.
 import hashlib
 import json
 import os
+import shutil
 import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .catalog import ModelEntry, UnknownModelError, get_entry
 from .errors import ElmoError
-from .files import atomic_write
+from .files import PathLike, atomic_write
 
 CACHE_ENV = "SPACY_ELMO_CACHE"
 DEFAULT_TIMEOUT = 30.0
@@ -166,73 +167,168 @@ def download(
     force: bool = False,
     catalog: Optional[Dict[str, ModelEntry]] = None,
     log: Callable[[str], None] = lambda message: None,
+    local: Sequence[PathLike] = (),
 ) -> Tuple[Path, Path]:
     """Fetch, convert if needed, verify and record the model ``name``; returns its two files.
 
-    A model already downloaded and intact is not fetched again unless ``force``. Verification
-    loads the model with the package's checked loader (structure, shapes, finite values) and
-    compares published checksums when there are any; a file that fails is deleted.
-    """
-    from .weights import load_files
+    ``local``: files fetched by hand instead of from the publisher (for a machine that cannot reach
+    it): a folder holding the options ``.json`` and weights ``.hdf5``, or the two files; for an
+    ELMoForManyLangs model, its ``.zip`` or the folder it unpacks to. They are copied or converted
+    into the cache and go through the same checks and manifest as a download; the network is not used.
 
+    A model already downloaded and intact is not fetched again unless ``force``. Verification
+    loads the model with the package's checked loader (structure, shapes, plausible values) and
+    compares published checksums when there are any. On failure the model's folder keeps only
+    the ``.part`` files of interrupted transfers (to continue from), or is removed.
+    """
     entry = get_entry(name, catalog)
     folder = model_dir(name, cache)
     if not force:
         try:
-            return verify(name, cache)
+            found = verify(name, cache)
         except NotDownloadedError:
             pass
+        else:
+            log(f"{name} is already in the cache and intact (--force replaces it)")
+            return found
+    given = _given_files(entry, [Path(p) for p in local]) if local else None
     if (folder / MANIFEST).exists():
         (folder / MANIFEST).unlink()  # from here until the end, the model does not count as downloaded
-    options_file, weight_file = folder / "options.json", folder / "weights.hdf5"
+    try:
+        sources = _obtain(entry, folder, given, timeout, progress, log)
+        _check_loads(entry, folder, retry=_retry(entry, given))
+    except BaseException:
+        _clean_failed(folder)
+        raise
+    files = (folder / "options.json", folder / "weights.hdf5")
+    manifest = {"name": name, "sources": sources, "sha256": {p.name: sha256_of(p) for p in files}}
+    atomic_write(folder / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8"))
+    return files
+
+
+def _given_files(entry: ModelEntry, paths: List[Path]) -> Dict[str, Path]:
+    """The hand-fetched file of each role of ``entry`` (``options`` + ``weights``, or ``archive``) among ``paths``.
+
+    A folder given for an AllenNLP model stands for the files in it; the publisher's file name is
+    preferred where several could fit.
+    """
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise DownloadError(f"Not found: {', '.join(missing)}. Give the files fetched by hand for {entry.name!r}.")
+    if entry.kind != "allennlp":
+        if len(paths) != 1:
+            raise DownloadError(
+                f"{entry.name!r} is an ELMoForManyLangs model: give its .zip ({entry.urls['archive']}) or the folder "
+                f"it unpacks to, once; found {len(paths)} paths."
+            )
+        return {"archive": paths[0]}
+    files = [f for p in paths for f in (sorted(p.iterdir()) if p.is_dir() else [p]) if f.is_file()]
+    given = {}
+    for role, suffixes in (("options", (".json",)), ("weights", (".hdf5", ".h5"))):
+        published = Path(entry.urls[role]).name
+        fitting = [f for f in files if f.suffix.lower() in suffixes]
+        named = [f for f in fitting if f.name == published]
+        if len(named) == 1 or len(fitting) == 1:
+            given[role] = (named or fitting)[0]
+            continue
+        where = ", ".join(str(p) for p in paths)
+        raise DownloadError(
+            f"{'No' if not fitting else 'More than one'} {'/'.join(suffixes)} file for the {role} of {entry.name!r} in "
+            f"{where}{': ' + ', '.join(f.name for f in fitting) if fitting else ''}. Give the two files themselves "
+            f"(from {entry.urls['options']} and {entry.urls['weights']})."
+        )
+    return given
+
+
+def _obtain(
+    entry: ModelEntry, folder: Path, given: Optional[Dict[str, Path]], timeout: float, progress: bool,
+    log: Callable[[str], None],
+) -> Dict[str, str]:
+    """Put ``options.json`` and ``weights.hdf5`` in ``folder``: fetched (``given`` None) or from the hand-fetched
+    files, converted for ELMoForManyLangs. Returns where each came from, for the manifest."""
     sources: Dict[str, str] = {}
     if entry.kind == "allennlp":
-        for role, target in (("options", options_file), ("weights", weight_file)):
-            log(f"Fetching {entry.urls[role]}")
-            fetch(entry.urls[role], target, timeout, progress)
+        for role, target in (("options", folder / "options.json"), ("weights", folder / "weights.hdf5")):
+            sources[target.name] = _get(entry, role, target, given, timeout, progress, log)
             _check_published(entry, role, target)
-            sources[target.name] = entry.urls[role]
-    else:
-        from .manylangs import ManyLangsError, convert_archive
+        return sources
+    from .manylangs import ManyLangsError, convert_archive
 
-        archive = folder / "model.zip"
-        log(f"Fetching {entry.urls['archive']}")
-        fetch(entry.urls["archive"], archive, timeout, progress)
+    archive = given["archive"] if given else folder / "model.zip"
+    sources["archive"] = _get(entry, "archive", archive, given, timeout, progress, log)
+    if archive.is_file():  # not for an unpacked folder fetched by hand
         _check_published(entry, "archive", archive)
-        sources["model.zip"] = entry.urls["archive"]
-        sources["model.zip sha256"] = sha256_of(archive)
-        log("Converting the ELMoForManyLangs model")
-        try:
-            convert_archive(archive, folder / "extracted", options_file, weight_file)
-        except ManyLangsError as err:
-            archive.unlink()
-            raise DownloadError(f"The archive downloaded for {name!r} cannot be converted ({err}); it was removed.") from None
-        archive.unlink()
+        sources["archive sha256"] = sha256_of(archive)
+    log("Converting the ELMoForManyLangs model")
     try:
-        load_files(options_file, weight_file)
-    except ElmoError as err:
-        weight_file.unlink(missing_ok=True)
+        convert_archive(archive, folder / "extracted", folder / "options.json", folder / "weights.hdf5")
+    except ManyLangsError as err:
         raise DownloadError(
-            f"The model downloaded for {name!r} is damaged and was removed: {err} Run the same command to fetch it again."
+            f"The ELMoForManyLangs model {'given' if given else 'downloaded'} for {entry.name!r} cannot be converted "
+            f"({err}). {_retry(entry, given)}"
         ) from None
-    manifest = {
-        "name": name,
-        "sources": sources,
-        "sha256": {p.name: sha256_of(p) for p in (options_file, weight_file)},
-    }
-    atomic_write(folder / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8"))
-    return options_file, weight_file
+    finally:
+        if not given:
+            archive.unlink(missing_ok=True)
+    return sources
+
+
+def _get(
+    entry: ModelEntry, role: str, target: Path, given: Optional[Dict[str, Path]], timeout: float, progress: bool,
+    log: Callable[[str], None],
+) -> str:
+    """Fetch the file of ``role`` to ``target``, or copy the hand-fetched one there (an archive is read where it
+    is); returns its source as a URL."""
+    if given is None:
+        log(f"Fetching {entry.urls[role]}")
+        fetch(entry.urls[role], target, timeout, progress)
+        return entry.urls[role]
+    source = given[role].resolve()
+    if source != target.resolve():
+        log(f"Copying {source}")
+        atomic_write(target, lambda p: shutil.copyfile(source, p))
+    return source.as_uri()
+
+
+def _retry(entry: ModelEntry, given: Optional[Dict[str, Path]]) -> str:
+    """What to do after a failed verification, for a download or for files fetched by hand."""
+    if given is None:
+        return "Run the same command to fetch it again."
+    return f"Fetch the files again from {' and '.join(entry.urls.values())}, then rerun the command."
+
+
+def _check_loads(entry: ModelEntry, folder: Path, retry: str) -> None:
+    """Load the model's two files with the checked loader; a :class:`DownloadError` saying what failed otherwise."""
+    from .weights import load_files
+
+    try:
+        load_files(folder / "options.json", folder / "weights.hdf5")
+    except ElmoError as err:
+        raise DownloadError(f"The model for {entry.name!r} is damaged and was not kept: {err} {retry}") from None
 
 
 def _check_published(entry: ModelEntry, role: str, path: Path) -> None:
-    """Compare with the publisher's SHA-256 when the catalogue has one; delete the file if it differs."""
+    """Compare with the publisher's SHA-256 when the catalogue has one."""
     expected = entry.sha256.get(role)
     if expected and sha256_of(path) != expected:
-        path.unlink()
         raise DownloadError(
-            f"{path.name} of {entry.name!r} does not have the published SHA-256 and was removed; run the same command "
-            f"to fetch it again."
+            f"{path} of {entry.name!r} does not have the published SHA-256, so it was not kept; fetch it again "
+            f"from {entry.urls[role]}."
         )
+
+
+def _clean_failed(folder: Path) -> None:
+    """After a failed download: remove everything of ``folder`` but the ``.part`` files a rerun continues from,
+    and ``folder`` itself if nothing is left."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.suffix != ".part":
+            path.unlink(missing_ok=True)
+    if not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def downloaded(cache: Optional[Path] = None) -> Dict[str, Path]:

@@ -231,10 +231,11 @@ def convert(model_dir: PathLike, options_file: PathLike, weight_file: PathLike) 
     return options
 
 
-def needed_files(names: List[str]) -> Dict[str, str]:
+def needed_files(names: List[str], where: PathLike) -> Dict[str, str]:
     """Which member of an archive's ``names`` holds each file the converter reads (by base name).
 
-    The architecture JSON is any other ``.json`` beside ``config.json``. Raises if a required file is missing.
+    The architecture JSON is any other ``.json`` beside ``config.json``. Raises, naming ``where`` (the archive
+    or folder), if a required file is missing.
     """
     found: Dict[str, str] = {}
     for name in names:
@@ -243,31 +244,38 @@ def needed_files(names: List[str]) -> Dict[str, str]:
             found.setdefault(base, name)
     missing = [f for f in ("config.json", "char.dic", "token_embedder.pkl", "encoder.pkl") if f not in found]
     if missing:
-        raise ManyLangsError(f"The archive lacks {missing}; it is not an ELMoForManyLangs model")
+        raise ManyLangsError(f"{where} lacks {missing}; it is not an ELMoForManyLangs model")
     return found
 
 
-def extract(archive: PathLike, folder: PathLike) -> None:
-    """Copy the files the converter reads out of a model ``.zip`` into ``folder`` (flat; nothing else is written)."""
+def extract(source: PathLike, folder: PathLike) -> None:
+    """Copy the files the converter reads out of a model ``.zip``, or out of the folder it unpacks to, into
+    ``folder`` (flat; nothing else is written)."""
+    import shutil
     import zipfile
 
-    folder = Path(folder)
+    source, folder = Path(source), Path(folder)
+    if source.is_dir():
+        members = [str(p.relative_to(source)) for p in sorted(source.rglob("*")) if p.is_file()]
+        for base, member in needed_files(members, source).items():
+            atomic_write(folder / base, lambda p, m=member: shutil.copyfile(source / m, p))
+        return
     try:
-        with zipfile.ZipFile(archive) as zf:
-            for base, member in needed_files(zf.namelist()).items():
+        with zipfile.ZipFile(source) as zf:
+            for base, member in needed_files(zf.namelist(), source).items():
                 atomic_write(folder / base, lambda p, m=member: p.write_bytes(zf.read(m)))
     except (zipfile.BadZipFile, OSError) as err:
-        raise ManyLangsError(f"{archive} is not a readable zip archive ({err})") from None
+        raise ManyLangsError(f"{source} is not a readable zip archive ({err})") from None
 
 
-def convert_archive(archive: PathLike, work_dir: PathLike, options_file: PathLike, weight_file: PathLike) -> ElmoOptions:
-    """:func:`extract` then :func:`convert`; ``work_dir`` holds the extracted files and is emptied afterwards."""
+def convert_archive(source: PathLike, work_dir: PathLike, options_file: PathLike, weight_file: PathLike) -> ElmoOptions:
+    """:func:`extract` (from a ``.zip`` or a folder) then :func:`convert`; ``work_dir`` holds the extracted files
+    and is removed afterwards."""
     import shutil
 
     work = Path(work_dir)
     try:
-        extract(archive, work)
+        extract(source, work)
         return convert(work, options_file, weight_file)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-

@@ -1,8 +1,12 @@
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from confection import Config
+from typer.testing import CliRunner
 
+from spacy_elmo.cli import _held_out, app
 from spacy_elmo.options import preset
 
 
@@ -24,3 +28,36 @@ def test_pretrain_reports_a_bad_config_without_a_traceback(tmp_path):
     assert done.returncode == 1
     assert "optimizer" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_version_prints_the_package_version():
+    about = (Path(__file__).parents[1] / "spacy_elmo" / "about.py").read_text(encoding="utf-8")
+    version = re.search(r'__version__ = "([^"]+)"', about).group(1)
+    done = _cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"spacy-elmo {version}"
+
+
+def test_list_starts_with_the_cache_and_shows_the_embedded_models(tmp_path):
+    done = CliRunner().invoke(app, ["list"], env={"SPACY_ELMO_CACHE": str(tmp_path)})
+    lines = done.output.splitlines()
+    assert lines[0] == f"Cache: {tmp_path}"
+    assert any(line.split()[:2] == ["en_gutenberg_tiny", "en"] for line in lines)
+    assert any(line.split()[:2] == ["zh_classics_tiny", "zh"] for line in lines)
+
+
+def test_list_filters_by_name_or_language():
+    names = re.findall(r"^[ *] (\S+)", CliRunner().invoke(app, ["list", "de"]).output, re.MULTILINE)
+    assert names == ["manylangs-de"]
+    english = CliRunner().invoke(app, ["list", "en"]).output
+    assert "  original " in english and "manylangs-en" in english and "en_gutenberg_tiny" in english
+    assert "manylangs-fr" not in english and "zh_classics_tiny" not in english
+
+
+def test_list_of_nothing_matching_is_an_error():
+    done = CliRunner().invoke(app, ["list", "klingon"])
+    assert done.exit_code == 1 and "No model matches 'klingon'" in done.output
+
+
+def test_pretrain_reports_perplexities_readably():
+    scores = {"forward_ppl": 516.5161647721333, "backward_ppl": 520.0849, "average_ppl": 518.2972}
+    assert _held_out(scores) == "held-out perplexity: forward 516.5, backward 520.1 (average 518.3)"

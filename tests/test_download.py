@@ -1,5 +1,7 @@
 """Downloading named models from a local HTTP server: resume, damage, 404, stalls, and loading by name."""
 import http.server
+import json
+import shutil
 import threading
 import time
 import zipfile
@@ -197,3 +199,108 @@ def test_pipeline_component_takes_a_model_name(server, tmp_path, monkeypatch):
     np.testing.assert_allclose(in_block("The cat sat .")._.elmo, expected.mean(axis=0), atol=1e-5)
     with pytest.raises(Exception, match="neither an existing options file nor the name"):
         spacy.blank("en").add_pipe("elmo", config={"model": {**block, "options_file": "smal"}})
+
+
+# --- files fetched by hand, and failed downloads ---------------------------------------------------------------
+
+UNREACHABLE = "http://127.0.0.1:9"  # nothing listens there: a test that fetched would fail
+
+
+def _offline_entry(kind="allennlp", name="small"):
+    urls = ({"options": f"{UNREACHABLE}/elmo_small_options.json", "weights": f"{UNREACHABLE}/elmo_small_weights.hdf5"}
+            if kind == "allennlp" else {"archive": f"{UNREACHABLE}/142.zip"})
+    return {name: ModelEntry(name, kind, urls, "t", "t", "t", "t", "t")}
+
+
+def _two_files(folder: Path, options_name="options.json", weights_name="lm_weights.hdf5") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ALLENNLP / "options.json", folder / options_name)
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / weights_name)
+    return folder
+
+
+@pytest.mark.parametrize("given", ["folder", "files"])
+def test_allennlp_files_fetched_by_hand_are_registered_under_their_name(tmp_path, given):
+    folder = _two_files(tmp_path / "fetched", "elmo_small_options.json", "x.h5")
+    local = [folder] if given == "folder" else [folder / "x.h5", folder / "elmo_small_options.json"]
+    catalog = _offline_entry()
+    download("small", cache=tmp_path / "cache", progress=False, catalog=catalog, local=local)
+    options, weights = resolve_model("small", cache=tmp_path / "cache", catalog=catalog)  # verified by its manifest
+    assert sha256_of(weights) == sha256_of(ALLENNLP / "lm_weights.hdf5")
+    assert sha256_of(options) == sha256_of(ALLENNLP / "options.json")
+    manifest = json.loads((tmp_path / "cache" / "small" / "manifest.json").read_text())
+    assert manifest["sources"]["weights.hdf5"] == (folder / "x.h5").resolve().as_uri()
+
+
+def test_the_publishers_file_name_picks_among_several(tmp_path):
+    folder = _two_files(tmp_path / "fetched", "elmo_small_options.json")
+    (folder / "notes.json").write_text("{}")
+    download("small", cache=tmp_path / "cache", progress=False, catalog=_offline_entry(), local=[folder])
+    assert sha256_of(tmp_path / "cache" / "small" / "options.json") == sha256_of(ALLENNLP / "options.json")
+
+
+def test_a_folder_with_two_candidate_options_files_is_refused(tmp_path):
+    folder = _two_files(tmp_path / "fetched")
+    (folder / "notes.json").write_text("{}")
+    with pytest.raises(DownloadError, match=r"More than one \.json file for the options of 'small'.*notes\.json"):
+        download("small", cache=tmp_path / "cache", progress=False, catalog=_offline_entry(), local=[folder])
+    assert not (tmp_path / "cache" / "small").exists()
+
+
+def test_damaged_files_fetched_by_hand_are_refused_and_not_kept(tmp_path):
+    folder = _two_files(tmp_path / "fetched")
+    data = bytearray((folder / "lm_weights.hdf5").read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 4096] = b"\xff" * 4096
+    (folder / "lm_weights.hdf5").write_bytes(bytes(data))
+    with pytest.raises(DownloadError, match=f"damaged.*Fetch the files again from {UNREACHABLE}/elmo_small_options"):
+        download("small", cache=tmp_path / "cache", progress=False, catalog=_offline_entry(), local=[folder])
+    assert not (tmp_path / "cache" / "small").exists()
+    assert (folder / "lm_weights.hdf5").read_bytes() == bytes(data)  # the user's own copy is left as it was
+
+
+@pytest.mark.parametrize("given", ["zip", "folder"])
+def test_manylangs_fetched_by_hand_is_converted(tmp_path, given):
+    source = tmp_path / "unpacked"
+    shutil.copytree(MANYLANGS, source / "de.model")
+    if given == "zip":
+        source = tmp_path / "142.zip"
+        with zipfile.ZipFile(source, "w") as zf:
+            for path in MANYLANGS.iterdir():
+                zf.write(path, path.name)
+    catalog = _offline_entry("manylangs", "manylangs-xx")
+    options, weights = download("manylangs-xx", cache=tmp_path / "cache", progress=False, catalog=catalog, local=[source])
+    convert(MANYLANGS, tmp_path / "o.json", tmp_path / "w.hdf5")
+    sentence = ["the", "cat", "sat"]
+    np.testing.assert_array_equal(
+        ElmoEmbedder(options, weights).embed_sentence(sentence),
+        ElmoEmbedder(tmp_path / "o.json", tmp_path / "w.hdf5").embed_sentence(sentence),
+    )
+    assert sorted(p.name for p in options.parent.iterdir()) == ["manifest.json", "options.json", "weights.hdf5"]
+    assert source.exists()
+
+
+def test_a_download_without_network_leaves_nothing_in_the_cache(tmp_path):
+    with pytest.raises(DownloadError, match="Cannot reach"):
+        download("small", cache=tmp_path, progress=False, timeout=1, catalog=_offline_entry())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cut_download_keeps_only_what_resumes_it(server, tmp_path):
+    catalog = _allennlp_entry(server)
+    server.modes["/w.hdf5"] = "cut"
+    with pytest.raises(DownloadError, match="ended early|stopped"):
+        download("tiny-allennlp", cache=tmp_path, progress=False, timeout=2, catalog=catalog)
+    assert [p.name for p in (tmp_path / "tiny-allennlp").iterdir()] == ["weights.hdf5.part"]
+
+
+def test_cli_download_from_files_fetched_by_hand(tmp_path, monkeypatch):
+    monkeypatch.setattr("spacy_elmo.catalog.CATALOG", _offline_entry())
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    folder = _two_files(tmp_path / "fetched")
+    runner = CliRunner()
+    done = runner.invoke(app, ["download", "small", "--from", str(folder)])
+    assert done.exit_code == 0, done.output
+    assert "* small" in runner.invoke(app, ["list", "--downloaded"]).output
+    wrong = runner.invoke(app, ["download", "small", "--force", "--from", str(tmp_path / "nowhere")])
+    assert wrong.exit_code == 1 and "Not found" in wrong.output and "Traceback" not in wrong.output
+    assert "* small" in runner.invoke(app, ["list", "--downloaded"]).output  # refused before the model was touched

@@ -76,3 +76,12 @@ def test_a_pickle_carrying_code_is_refused(tmp_path):
     with pytest.raises(ManyLangsError, match="not a plain PyTorch state_dict"):
         convert(folder, tmp_path / "o.json", tmp_path / "w.hdf5")
     assert not (tmp_path / "w.hdf5").exists()
+
+
+def test_an_unpacked_folder_lacking_a_file_is_refused_naming_it(tmp_path):
+    folder = tmp_path / "unpacked"
+    shutil.copytree(FIXTURE, folder / "xx.model")
+    (folder / "xx.model" / "encoder.pkl").unlink()
+    with pytest.raises(ManyLangsError, match=f"{folder} lacks \\['encoder.pkl'\\]"):
+        convert_archive(folder, tmp_path / "work", tmp_path / "o.json", tmp_path / "w.hdf5")
+    assert not (tmp_path / "w.hdf5").exists() and not (tmp_path / "work").exists()
