@@ -7,7 +7,9 @@ checksums, so an interrupted, damaged or half-converted download is never used.
 
 Transfers go to ``<file>.part`` and continue from where they stopped on the next run (HTTP
 ``Range``); a file is renamed into place only once complete. Every network wait is bounded by
-``timeout`` seconds. The cache folder is ``$SPACY_ELMO_CACHE`` if set, else
+``timeout`` seconds. Files fetched by hand elsewhere (a machine behind a firewall) are registered
+under their name through the same checks, conversion and manifest (``download(name, local=...)``,
+``python -m spacy_elmo download NAME --from PATH``). The cache folder is ``$SPACY_ELMO_CACHE`` if set, else
 ``$XDG_CACHE_HOME/spacy-elmo`` or ``~/.cache/spacy-elmo``. Names are never downloaded implicitly:
 using one that is missing raises an error that gives the download command.
 """
@@ -312,8 +314,8 @@ def _check_published(entry: ModelEntry, role: str, path: Path) -> None:
     expected = entry.sha256.get(role)
     if expected and sha256_of(path) != expected:
         raise DownloadError(
-            f"{path} of {entry.name!r} does not have the published SHA-256, so it was not kept; fetch it again "
-            f"from {entry.urls[role]}."
+            f"{path} of {entry.name!r} does not have the published SHA-256 ({expected}); fetch it again from "
+            f"{entry.urls[role]}."
         )
 
 

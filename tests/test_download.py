@@ -304,3 +304,11 @@ def test_cli_download_from_files_fetched_by_hand(tmp_path, monkeypatch):
     wrong = runner.invoke(app, ["download", "small", "--force", "--from", str(tmp_path / "nowhere")])
     assert wrong.exit_code == 1 and "Not found" in wrong.output and "Traceback" not in wrong.output
     assert "* small" in runner.invoke(app, ["list", "--downloaded"]).output  # refused before the model was touched
+
+
+def test_a_file_differing_from_the_published_checksum_is_refused(tmp_path):
+    entry = _offline_entry()["small"]
+    catalog = {"small": ModelEntry(**{**entry.__dict__, "sha256": {"weights": "0" * 64}})}
+    with pytest.raises(DownloadError, match=r"weights.hdf5 of 'small' does not have the published SHA-256 \(0{64}\)"):
+        download("small", cache=tmp_path / "cache", progress=False, catalog=catalog, local=[_two_files(tmp_path / "f")])
+    assert not (tmp_path / "cache" / "small").exists()
