@@ -8,6 +8,7 @@ publisher states nothing (file sizes in bytes, checksums, licences of the weight
 says so instead of guessing; ``python -m spacy_elmo download`` records the SHA-256 of what it
 fetched.
 """
+import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
@@ -43,7 +44,9 @@ class ModelEntry:
     ``"manylangs"`` (an ELMoForManyLangs .zip, converted once after download).
     ``urls``: file role (``options``, ``weights`` or ``archive``) -> URL. ``sha256``: published
     checksums by role (none are published today). ``parameters_m``: millions of parameters as
-    published; ``size``: the download's size as far as it is known.
+    published; ``size``: the download's size as far as it is known. ``architecture``: sizes the
+    model's options must have (:class:`~spacy_elmo.options.ElmoOptions` attributes), so that files
+    of another model, fetched by hand by mistake, are not registered under this name.
     """
 
     name: str
@@ -57,6 +60,17 @@ class ModelEntry:
     language: str = "en"
     parameters_m: Optional[float] = None
     sha256: Dict[str, str] = field(default_factory=dict)
+    architecture: Dict[str, int] = field(default_factory=dict)
+
+
+def allennlp_architecture(file_name: str) -> Dict[str, int]:
+    """The sizes AllenNLP's file names state: ``elmo_2x1024_128_2048cnn_1xhighway_options.json`` is 2 layers of
+    1024 LSTM cells projected to 128, 2048 CNN filters and 1 highway layer."""
+    found = re.search(r"(\d+)x(\d+)_(\d+)_(\d+)cnn_(\d+)xhighway", file_name)
+    if found is None:
+        raise ValueError(f"{file_name!r} does not state an architecture as AllenNLP's file names do")
+    keys = ("n_layers", "lstm_dim", "projection_dim", "n_filters", "n_highway")
+    return dict(zip(keys, map(int, found.groups())))
 
 
 def _allennlp(name: str, folder: str, params: float, description: str, data: str,
@@ -74,6 +88,7 @@ def _allennlp(name: str, folder: str, params: float, description: str, data: str
         license=f"{NOT_STATED} for the weights (AllenNLP's and bilm-tf's code is Apache-2.0)",
         citation=ALLENNLP_CITATION,
         parameters_m=params,
+        architecture=allennlp_architecture(options),
     )
 
 
@@ -113,6 +128,13 @@ MANYLANGS_TABLE: Tuple[Tuple[str, str, int], ...] = (
 )
 
 
+# Every published ELMoForManyLangs model has the architecture of their cnn_50_100_512_4096_sample.json
+# (spacy_elmo.manylangs.PUBLISHED_ARCHITECTURE): 2 layers of 4096 cells projected to 512, filters summing to
+# 2048, 2 highway layers, 100-dim word vectors.
+MANYLANGS_ARCHITECTURE = {"n_layers": 2, "lstm_dim": 4096, "projection_dim": 512, "n_filters": 2048, "n_highway": 2,
+                          "word_dim": 100}
+
+
 def _manylangs(code: str, language: str, nlpl_id: int) -> ModelEntry:
     data = MANYLANGS_DATA + ("; the README says the Chinese model was trained on Wikipedia" if code == "zh" else "")
     return ModelEntry(
@@ -125,6 +147,7 @@ def _manylangs(code: str, language: str, nlpl_id: int) -> ModelEntry:
         license=f"{NOT_STATED} in the README; see the NLPL repository entry {nlpl_id}",
         citation=MANYLANGS_CITATION,
         language=code,
+        architecture=MANYLANGS_ARCHITECTURE,
     )
 
 

@@ -300,13 +300,18 @@ def _retry(entry: ModelEntry, given: Optional[Dict[str, Path]]) -> str:
 
 
 def _check_loads(entry: ModelEntry, folder: Path, retry: str) -> None:
-    """Load the model's two files with the checked loader; a :class:`DownloadError` saying what failed otherwise."""
+    """Load the model's two files with the checked loader and compare its sizes with the catalogue's; a
+    :class:`DownloadError` saying what failed otherwise."""
     from .weights import load_files
 
     try:
-        load_files(folder / "options.json", folder / "weights.hdf5")
+        options = load_files(folder / "options.json", folder / "weights.hdf5").options
     except ElmoError as err:
         raise DownloadError(f"The model for {entry.name!r} is damaged and was not kept: {err} {retry}") from None
+    differ = {key: getattr(options, key) for key, size in entry.architecture.items() if getattr(options, key) != size}
+    if differ:
+        found = ", ".join(f"{key} {value} (not {entry.architecture[key]})" for key, value in differ.items())
+        raise DownloadError(f"The files for {entry.name!r} are of another model: {found}; they were not kept. {retry}")
 
 
 def _check_published(entry: ModelEntry, role: str, path: Path) -> None:

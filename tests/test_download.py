@@ -5,6 +5,7 @@ import shutil
 import threading
 import time
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.catalog import ModelEntry
+from spacy_elmo.catalog import CATALOG, ModelEntry
 from spacy_elmo.cli import app
 from spacy_elmo.download import (
     DownloadError,
@@ -307,8 +308,22 @@ def test_cli_download_from_files_fetched_by_hand(tmp_path, monkeypatch):
 
 
 def test_a_file_differing_from_the_published_checksum_is_refused(tmp_path):
-    entry = _offline_entry()["small"]
-    catalog = {"small": ModelEntry(**{**entry.__dict__, "sha256": {"weights": "0" * 64}})}
+    catalog = {"small": replace(_offline_entry()["small"], sha256={"weights": "0" * 64})}
     with pytest.raises(DownloadError, match=r"weights.hdf5 of 'small' does not have the published SHA-256 \(0{64}\)"):
         download("small", cache=tmp_path / "cache", progress=False, catalog=catalog, local=[_two_files(tmp_path / "f")])
     assert not (tmp_path / "cache" / "small").exists()
+
+
+def test_files_of_another_model_are_refused(tmp_path):
+    catalog = {"small": replace(_offline_entry()["small"], architecture=CATALOG["small"].architecture)}
+    with pytest.raises(DownloadError, match=r"are of another model: lstm_dim 64 \(not 1024\), projection_dim 16 \(not 128\)"):
+        download("small", cache=tmp_path / "cache", progress=False, catalog=catalog, local=[_two_files(tmp_path / "f")])
+    assert not (tmp_path / "cache" / "small").exists()
+
+
+def test_the_catalogue_states_the_published_architectures():
+    # AllenNLP's model page: small is LSTM 1024 / output 128 with 1 highway; original 4096 / 512 with 2.
+    assert CATALOG["small"].architecture == {"n_layers": 2, "lstm_dim": 1024, "projection_dim": 128, "n_filters": 2048,
+                                             "n_highway": 1}
+    assert CATALOG["pubmed"].architecture == CATALOG["original"].architecture == {
+        "n_layers": 2, "lstm_dim": 4096, "projection_dim": 512, "n_filters": 2048, "n_highway": 2}

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.manylangs import ManyLangsError, convert, convert_archive, read_lexicon
+from spacy_elmo.catalog import MANYLANGS_ARCHITECTURE
+from spacy_elmo.manylangs import PUBLISHED_ARCHITECTURE, ManyLangsError, convert, convert_archive, read_lexicon
 from spacy_elmo.options import ElmoOptions
 
 FIXTURE = Path(__file__).parent / "data" / "manylangs_tiny"
@@ -85,3 +86,16 @@ def test_an_unpacked_folder_lacking_a_file_is_refused_naming_it(tmp_path):
     with pytest.raises(ManyLangsError, match=f"{folder} lacks \\['encoder.pkl'\\]"):
         convert_archive(folder, tmp_path / "work", tmp_path / "o.json", tmp_path / "w.hdf5")
     assert not (tmp_path / "w.hdf5").exists() and not (tmp_path / "work").exists()
+
+
+def test_the_catalogue_expects_the_published_architecture():
+    arch = PUBLISHED_ARCHITECTURE
+    sizes = {
+        "n_layers": arch["encoder"]["n_layers"],
+        "lstm_dim": arch["encoder"]["dim"],
+        "projection_dim": arch["encoder"]["projection_dim"],
+        "n_filters": sum(n for _, n in arch["token_embedder"]["filters"]),
+        "n_highway": arch["token_embedder"]["n_highway"],
+        "word_dim": arch["token_embedder"]["word_dim"],
+    }
+    assert MANYLANGS_ARCHITECTURE == sizes
