@@ -54,7 +54,8 @@ def run_mode(args: argparse.Namespace) -> List[dict]:
 
     torch.set_num_threads(args.threads)
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"options_file": args.options, "weight_file": args.weights, "threads": None})
+    nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": args.options,
+                                            "weight_file": args.weights}, "threads": None})
     nlp.initialize()
     stream = texts(args.docs, args.new_strings)
     samples: List[dict] = []

@@ -55,8 +55,9 @@ def timed(run: Callable[[], object], repeats: int) -> float:
 
 def elmo_config(args: argparse.Namespace, **overrides) -> dict:
     """The component's settings; threads None: the torch thread count set by --threads."""
-    return {"options_file": args.options, "weight_file": args.weights, "max_batch_tokens": args.max_batch_tokens,
-            "threads": None, **overrides}
+    model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": args.options, "weight_file": args.weights,
+             "max_batch_tokens": args.max_batch_tokens}
+    return {"model": model, "threads": None, **overrides}
 
 
 def bench_inference(args: argparse.Namespace, sentences: List[List[str]]) -> Tuple[float, float]:

@@ -15,7 +15,8 @@ from spacy.tokens import Doc
 def elmo_pipeline(options_file: Optional[str] = None, weight_file: Optional[str] = None) -> Language:
     """A blank English pipeline (spaCy's tokenizer) with the ``elmo`` component: default mix, layers kept too."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"options_file": options_file, "weight_file": weight_file, "store_layers": True})
+    model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": options_file, "weight_file": weight_file}
+    nlp.add_pipe("elmo", config={"model": model, "store_layers": True})
     return nlp
 
 

@@ -114,7 +114,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     from spacy.tokens import Doc
     from spacy.training import Example
 
-    config = {"options_file": args.options, "weight_file": args.weights, "initial_state": "zeros"}
+    config = {"model": {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": args.options,
+                        "weight_file": args.weights, "initial_state": "zeros"}}
     cpu_nlp = spacy.blank("en")
     cpu_nlp.add_pipe("elmo", config=config)
     cpu_vectors = np.stack([d._.elmo.mean(axis=0) for d in cpu_nlp.pipe(TEXTS)])

@@ -86,7 +86,8 @@ def sense_scores(vectors: np.ndarray, senses: Sequence[str]) -> Tuple[float, flo
 
 def run(options_file: Optional[str] = None, weight_file: Optional[str] = None) -> None:
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"options_file": options_file, "weight_file": weight_file, "store_layers": True})
+    model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": options_file, "weight_file": weight_file}
+    nlp.add_pipe("elmo", config={"model": model, "store_layers": True})
     model = "the embedded English model" if options_file is None else options_file
     print(f"ELMo demo with {model}: which occurrence of a word is most like each other one?\n")
     for word in SENSES:

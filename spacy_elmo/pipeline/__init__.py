@@ -1,15 +1,13 @@
 """spaCy integration: the ``elmo`` component, the listener architecture and the Doc attributes."""
-from .bilm_model import build_bilm_model, build_bilm_model_v2
+from .bilm_model import build_bilm_model_v2
 from .component import Elmo, make_elmo
 from .extensions import install_extensions
-from .listener import ElmoListenerLayer, build_elmo_embedding, build_elmo_embedding_v2, build_elmo_listener
+from .listener import ElmoListenerLayer, build_elmo_embedding_v2, build_elmo_listener
 
 __all__ = [
     "Elmo",
     "ElmoListenerLayer",
-    "build_bilm_model",
     "build_bilm_model_v2",
-    "build_elmo_embedding",
     "build_elmo_embedding_v2",
     "build_elmo_listener",
     "install_extensions",

@@ -3,11 +3,11 @@
 ``spacy_elmo.ElmoBiLm.v2`` holds the biLM's settings, as spaCy's and spacy-transformers'
 architectures hold their models' hyper-parameters: which files (both ``options_file`` and
 ``weight_file``, or neither for the model embedded for the pipeline's language), where the
-LSTMs start (``initial_state``, ``stateful``) and how much goes through the biLM at once
-(``max_batch_tokens``, ``max_sentence_tokens``). ``spacy_elmo.ElmoBiLm.v1`` (spacy-elmo 0.1.0)
-took none; its pipelines' settings are the ``elmo`` component's config keys, which the factory
-still maps into the model. Two settings belong to the model's owner, not the architecture:
-``frozen`` (whether it trains) and ``lang``.
+LSTMs start (``initial_state``, ``stateful``), how much goes through the biLM at once
+(``max_batch_tokens``, ``max_sentence_tokens``), the precision of its products (``precision``) and
+how many token vectors it keeps (``cache_size``). This block is the only place they are set; spaCy's
+config validation checks their types and values. Two settings belong to the model's owner, not the
+architecture: ``frozen`` (whether it trains) and ``lang``.
 
 Each Doc is cut into segments (``segments.py``), and the segments of all Docs of a call are
 batched together by length under a cap on padded tokens, so one long Doc never becomes one huge
@@ -18,7 +18,7 @@ The biLM lives in an :class:`ElmoShim` and is loaded lazily: by ``initialize()``
 ``from_bytes`` / ``from_disk``, or on the first call. Settings are plain model attrs, so a copy
 of the model (e.g. made by ``nlp.replace_listeners``) keeps working on its own.
 """
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -28,6 +28,7 @@ from thinc.types import Floats2d, Floats3d, FloatsXd
 
 from ..default_model import DEFAULT_LANG, check_model_files, model_files
 from ..model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder, check_initial_state
+from ..model.precision import DEFAULT_PRECISION, PRECISIONS
 from ..model.segment_encoder import SegmentEncoder
 from ..options import ElmoOptions
 from ..weights import load_files
@@ -36,19 +37,36 @@ from .segments import doc_segments, segment_words
 
 ARCHITECTURE = "spacy_elmo.ElmoBiLm.v2"
 # The settings an ``ElmoBiLm.v2`` block takes.
-BILM_SETTINGS = ("options_file", "weight_file", "initial_state", "stateful", "max_batch_tokens", "max_sentence_tokens")
+BILM_SETTINGS = (
+    "options_file",
+    "weight_file",
+    "initial_state",
+    "stateful",
+    "max_batch_tokens",
+    "max_sentence_tokens",
+    "precision",
+    "cache_size",
+)
 # The settings the model's owner gives it (the ``elmo`` component, or ``ElmoEmbedding``), with their defaults.
 OWNER_SETTINGS: Dict[str, Any] = {"frozen": True, "lang": DEFAULT_LANG}
+# Token vectors kept by default: 20,000 words cover about 95% of the tokens of English text, in 10 MB for the
+# 128-wide models (40 MB for `original`'s 512); see BENCHMARKS.md, "Token cache in the component".
+DEFAULT_CACHE_SIZE = 20_000
+
+InitialState = Literal["auto", "zeros", "warm"]
+Precision = Literal["fp32", "bf16", "int8", "fp16"]
 
 
 @registry.architectures(ARCHITECTURE)
 def build_bilm_model_v2(
     options_file: Optional[str] = None,
     weight_file: Optional[str] = None,
-    initial_state: str = DEFAULT_INITIAL_STATE,
+    initial_state: InitialState = DEFAULT_INITIAL_STATE,
     stateful: bool = False,
     max_batch_tokens: int = 4096,
     max_sentence_tokens: int = 256,
+    precision: Precision = DEFAULT_PRECISION,
+    cache_size: int = DEFAULT_CACHE_SIZE,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM network of the ``elmo`` component.
 
@@ -59,6 +77,9 @@ def build_bilm_model_v2(
     max_batch_tokens: padded tokens per biLM batch.
     max_sentence_tokens: longest biLM input; longer sentences (or Docs without sentence
         boundaries) are cut into windows of this many tokens.
+    precision: the biLM's matrix products, as for ``ElmoEmbedder``: "fp32" (exact), "int8", "bf16"
+        (CPUs with native bf16), "fp16" (GPUs). Inference only: a biLM that is fine-tuned runs in fp32.
+    cache_size: context-free token vectors kept, so frequent words skip the char CNN (0: none); exact.
     """
     model = Model(
         "elmo_bilm",
@@ -68,15 +89,18 @@ def build_bilm_model_v2(
         dims={"nO": None, "nL": None},
         attrs=dict(OWNER_SETTINGS),
     )
-    values = (options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
-    configure_bilm_model(model, **dict(zip(BILM_SETTINGS, values)))
+    configure_bilm_model(
+        model,
+        options_file=options_file,
+        weight_file=weight_file,
+        initial_state=initial_state,
+        stateful=stateful,
+        max_batch_tokens=max_batch_tokens,
+        max_sentence_tokens=max_sentence_tokens,
+        precision=precision,
+        cache_size=cache_size,
+    )
     return model
-
-
-@registry.architectures("spacy_elmo.ElmoBiLm.v1")
-def build_bilm_model() -> Model[List[Doc], List[Floats3d]]:
-    """The biLM network of spacy-elmo 0.1.0: v2 with its defaults, its settings mapped in from the component's keys."""
-    return build_bilm_model_v2()
 
 
 def configure_bilm_model(model: Model, **settings: Any) -> None:
@@ -90,6 +114,15 @@ def configure_bilm_model(model: Model, **settings: Any) -> None:
     for key in ("max_batch_tokens", "max_sentence_tokens"):
         if merged[key] < 1:
             raise ValueError(f"{key} must be a positive number of tokens, found {merged[key]}")
+    if merged["cache_size"] < 0:
+        raise ValueError(f"cache_size must be >= 0 (0 turns the token cache off), found {merged['cache_size']}")
+    if merged["precision"] not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, found {merged['precision']!r}")
+    if merged["precision"] != DEFAULT_PRECISION and not merged["frozen"]:
+        raise ValueError(
+            f"precision {merged['precision']!r} is for a frozen biLM: fine-tuning (frozen = false) trains fp32 "
+            f"weights. Set precision = \"fp32\" to fine-tune, or frozen = true"
+        )
     model.attrs.update(settings)
 
 
@@ -134,6 +167,11 @@ def _apply_settings(model: Model) -> SegmentEncoder:
     if module.stateful != attrs["stateful"]:
         module.stateful = attrs["stateful"]
         module.carried.reset()
+    cache = module.encoder.cache
+    if (0 if cache is None else cache.capacity) != attrs["cache_size"]:
+        module.encoder.set_cache_size(attrs["cache_size"])
+    if module.encoder.precision != attrs["precision"]:
+        module.encoder.set_precision(attrs["precision"])
     trainable = not attrs["frozen"]
     for param in module.parameters():
         if param.requires_grad != trainable:

@@ -21,7 +21,6 @@ from ..errors import ElmoWeightsError
 from ..layer_mix import MixSpec, check_mix_spec, fixed_mix_weights
 from ..threads import DEFAULT_THREADS, check_threads, torch_threads
 from .bilm_model import (
-    BILM_SETTINGS,
     bilm_options,
     bilm_settings,
     configure_bilm_model,
@@ -79,25 +78,17 @@ def make_elmo(
     vector_hooks: bool,
     train_cache_mb: float,
     threads: Optional[int],
-    options_file: Optional[str] = None,
-    weight_file: Optional[str] = None,
-    initial_state: Optional[str] = None,
-    stateful: Optional[bool] = None,
-    max_batch_tokens: Optional[int] = None,
-    max_sentence_tokens: Optional[int] = None,
 ) -> "Elmo":
     """Build the ``elmo`` component; see :class:`Elmo` for the settings.
 
-    ``model`` may be the name of a downloaded published model (``config={"model": "original"}``,
-    ``python -m spacy_elmo list``): the default architecture with that model's files.
-    ``options_file`` ... ``max_sentence_tokens`` are the biLM's settings (``ElmoBiLm.v2``), still
-    taken here as spacy-elmo 0.1.0 took them: those given (not null) replace the model's.
+    ``model`` is the biLM with its settings (``spacy_elmo.ElmoBiLm.v2``), or the name of a downloaded
+    published model (``config={"model": "original"}``, ``python -m spacy_elmo list``): the default
+    architecture with that model's files.
     """
     if isinstance(model, str):
         options_file, weight_file = resolve_model(model)
         model = spacy_util.registry.resolve({"model": DEFAULT_MODEL})["model"]
-    values = (options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
-    configure_bilm_model(model, **{key: value for key, value in zip(BILM_SETTINGS, values) if value is not None})
+        configure_bilm_model(model, options_file=options_file, weight_file=weight_file)
     return Elmo(
         nlp.vocab,
         model,
@@ -171,7 +162,8 @@ class Elmo(TrainablePipe):
         self._configure_model()
 
     def _configure_model(self) -> None:
-        """Give the model its settings from this component's config and the ``replace_listeners`` hooks."""
+        """Give the model its settings from this component's config (loading restores those saved with the
+        weights, and the config wins) and the ``replace_listeners`` hooks."""
         configure_bilm_model(self.model, **self.bilm_settings)
         self.model.attrs["replace_listener"] = replace_listener
         self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, dict(self.bilm_settings))

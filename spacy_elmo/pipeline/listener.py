@@ -22,8 +22,7 @@ from thinc.api import Model, concatenate
 from thinc.types import Floats2d, Floats3d
 
 from ..default_model import DEFAULT_LANG
-from ..model.encoder import DEFAULT_INITIAL_STATE
-from .bilm_model import bilm_config, build_bilm_model_v2, configure_bilm_model, frozen_backprop
+from .bilm_model import bilm_config, configure_bilm_model, frozen_backprop
 from .handoff import LayerHandoff
 from .mix import build_scalar_mix
 
@@ -154,27 +153,6 @@ def build_elmo_embedding_v2(
     return _mix_head(bilm, layer_norm, dropout, l2, embed)
 
 
-@registry.architectures("spacy_elmo.ElmoEmbedding.v1")
-def build_elmo_embedding(
-    options_file: Optional[str] = None,
-    weight_file: Optional[str] = None,
-    initial_state: str = DEFAULT_INITIAL_STATE,
-    stateful: bool = False,
-    max_batch_tokens: int = 4096,
-    max_sentence_tokens: int = 256,
-    frozen: bool = True,
-    layer_norm: bool = False,
-    dropout: float = 0.0,
-    l2: float = 0.0,
-    embed: Optional[TokVecModel] = None,
-    lang: str = DEFAULT_LANG,
-) -> TokVecModel:
-    """``ElmoEmbedding.v2`` as spacy-elmo 0.1.0 wrote it, with the biLM settings in the block itself."""
-    values = (options_file, weight_file, initial_state, stateful, max_batch_tokens, max_sentence_tokens)
-    bilm = build_bilm_model_v2(*values)
-    return build_elmo_embedding_v2(bilm, frozen, lang, layer_norm, dropout, l2, embed)
-
-
 def replace_listener(bilm_copy: Model, listener: ElmoListenerLayer, pipe: Any) -> Model:
     """``Language.replace_listeners`` hook: the listener node becomes the copy of the component's biLM model."""
     return bilm_copy
@@ -186,8 +164,7 @@ def replace_listener_cfg(
     """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` block as ``ElmoEmbedding.v2``.
 
     ``settings`` are the component's biLM model's settings as they stand (bound with
-    ``functools.partial``): they come from its architecture block, or from the factory keys of a
-    0.1.0 config, so they, not ``component_model_cfg``, become the new block's ``bilm``.
+    ``functools.partial``), so a path given to ``initialize`` reaches the new block's ``bilm``.
     """
     if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
         raise ValueError(

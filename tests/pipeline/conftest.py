@@ -6,14 +6,21 @@ import pytest
 import spacy
 from spacy.language import Language
 
+from spacy_elmo.pipeline.bilm_model import ARCHITECTURE, BILM_SETTINGS
+
 from ..conftest import ALLENNLP, shared_data
 
 OPTIONS, WEIGHTS = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")
 
 
 def elmo_config(**overrides) -> dict:
-    """The ``elmo`` config of the tests: the reference fixture weights, zero initial state."""
-    return {"options_file": OPTIONS, "weight_file": WEIGHTS, "initial_state": "zeros", **overrides}
+    """The ``elmo`` config of the tests: the reference fixture weights, zero initial state.
+
+    ``overrides`` are component settings, or biLM settings (those of ``ElmoBiLm.v2``), which go into ``model``.
+    """
+    bilm = {key: overrides.pop(key) for key in list(overrides) if key in BILM_SETTINGS}
+    model = {"@architectures": ARCHITECTURE, "options_file": OPTIONS, "weight_file": WEIGHTS, "initial_state": "zeros"}
+    return {"model": {**model, **bilm}, **overrides}
 
 
 def make_nlp(**overrides) -> Language:

@@ -1,11 +1,17 @@
-"""``spacy_elmo.ElmoBiLm.v2`` holds the biLM's settings; the factory's 0.1.0 keys still set them."""
+"""``spacy_elmo.ElmoBiLm.v2`` holds the biLM's settings, once: the component's config has no copy of them."""
+import re
+
 import numpy as np
 import pytest
 import spacy
+from confection import ConfigValidationError
+from spacy.cli.init_config import fill_config
 from spacy.language import Language
 from spacy.util import load_model_from_config, registry
+from thinc.api import Config
 
 from spacy_elmo import ElmoEmbedder
+from spacy_elmo.pipeline.bilm_model import BILM_SETTINGS, DEFAULT_CACHE_SIZE
 
 from .conftest import OPTIONS, WEIGHTS
 from .test_handoff import TAGGER, examples
@@ -31,16 +37,42 @@ def test_a_new_pipeline_names_the_v2_architecture_with_its_settings():
     assert {key: nlp.get_pipe("elmo").model.attrs[key] for key in SETTINGS} == SETTINGS
 
 
-def test_the_factory_keys_of_0_1_0_map_into_the_model():
-    old_style, new_style = spacy.blank("en"), spacy.blank("en")
-    old_style.add_pipe("elmo", config=SETTINGS)
-    new_style.add_pipe("elmo", config={"model": v2_block(**SETTINGS)})
-    assert {key: old_style.get_pipe("elmo").model.attrs[key] for key in SETTINGS} == SETTINGS
-    np.testing.assert_array_equal(vectors(old_style), vectors(new_style))
-    # Windows of 4 tokens, as the embedder gives them for the two pieces of the sentence.
+def test_windows_of_max_sentence_tokens_are_embedded_as_separate_pieces():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": v2_block(**SETTINGS)})
     embedder = ElmoEmbedder(OPTIONS, WEIGHTS, initial_state="zeros")
     pieces = np.concatenate([x.mean(axis=0) for x in embedder.embed_batch([SENTENCE[:4], SENTENCE[4:]])])
-    np.testing.assert_allclose(vectors(new_style), pieces, atol=1e-5)
+    np.testing.assert_allclose(vectors(nlp), pieces, atol=1e-5)
+
+
+def test_a_bilm_setting_at_the_component_level_is_a_config_error():
+    with pytest.raises(ConfigValidationError, match="options_file"):
+        spacy.blank("en").add_pipe("elmo", config={"options_file": OPTIONS, "weight_file": WEIGHTS})
+
+
+@pytest.mark.parametrize("key, value", [("initial_state", "zero"), ("precision", "int4"), ("stateful", "yes")])
+def test_a_bad_choice_is_a_config_error_naming_the_key(key, value):
+    with pytest.raises(ConfigValidationError, match=key):
+        spacy.blank("en").add_pipe("elmo", config={"model": v2_block(**{**SETTINGS, key: value})})
+
+
+@pytest.mark.parametrize("key, value", [("max_batch_tokens", 0), ("max_sentence_tokens", -3), ("cache_size", -1)])
+def test_an_out_of_range_number_is_refused_naming_the_key(key, value):
+    with pytest.raises(ValueError, match=f"{key} must be"):
+        spacy.blank("en").add_pipe("elmo", config={"model": v2_block(**{**SETTINGS, key: value})})
+
+
+def test_fill_config_writes_each_bilm_setting_once(tmp_path):
+    config = tmp_path / "in.cfg"
+    config.write_text('[nlp]\nlang = "en"\npipeline = ["elmo"]\n\n[components]\n\n[components.elmo]\nfactory = "elmo"\n')
+    out = tmp_path / "out.cfg"
+    fill_config(out, config)
+    text = out.read_text()
+    for key in BILM_SETTINGS:
+        assert len(re.findall(rf"^{key} = ", text, flags=re.M)) == 1, key
+    filled = Config().from_str(text)
+    assert set(BILM_SETTINGS) <= set(filled["components"]["elmo"]["model"])
+    assert not set(BILM_SETTINGS) & set(filled["components"]["elmo"])
 
 
 def test_one_file_without_the_other_is_refused_by_the_architecture():
@@ -58,24 +90,18 @@ def test_a_config_override_wins_over_the_settings_saved_with_the_model(tmp_path)
 
 def test_replace_listeners_writes_the_settings_as_they_stand_and_the_config_rebuilds():
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={**SETTINGS, "max_batch_tokens": 512})  # the 0.1.0 keys
+    nlp.add_pipe("elmo", config={"model": v2_block(**SETTINGS, max_batch_tokens=512)})
     nlp.add_pipe("tagger", config=TAGGER)
     nlp.initialize(lambda: examples(nlp))
     nlp.replace_listeners("elmo", "tagger", ["model.tok2vec"])
     block = nlp.config["components"]["tagger"]["model"]["tok2vec"]
     assert block["@architectures"] == "spacy_elmo.ElmoEmbedding.v2"
     assert (block["frozen"], block["lang"]) == (True, "en")
-    assert block["bilm"] == v2_block(**SETTINGS, stateful=False, max_batch_tokens=512)
+    assert block["bilm"] == v2_block(**SETTINGS, stateful=False, max_batch_tokens=512, precision="fp32",
+                                     cache_size=DEFAULT_CACHE_SIZE)
     rebuilt = load_model_from_config(nlp.config, auto_fill=True)
     (bilm,) = [node for node in rebuilt.get_pipe("tagger").model.walk() if node.name == "elmo_bilm"]
     assert {key: bilm.attrs[key] for key in SETTINGS} == SETTINGS and bilm.attrs["max_batch_tokens"] == 512
-
-
-def test_the_0_1_0_embedding_block_still_builds():
-    old = {"@architectures": "spacy_elmo.ElmoEmbedding.v1", **SETTINGS, "stateful": False, "frozen": True, "lang": "en"}
-    model = registry.resolve({"m": old})["m"]
-    (bilm,) = [node for node in model.walk() if node.name == "elmo_bilm"]
-    assert {key: bilm.attrs[key] for key in SETTINGS} == SETTINGS
 
 
 def test_set_tensor_is_refused_where_a_tok2vec_feeds_listeners_through_doc_tensor():
@@ -83,6 +109,6 @@ def test_set_tensor_is_refused_where_a_tok2vec_feeds_listeners_through_doc_tenso
     nlp.add_pipe("tok2vec")
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 96, "upstream": "*"}
     nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": listener}})
-    nlp.add_pipe("elmo", config={**SETTINGS, "set_tensor": True})
+    nlp.add_pipe("elmo", config={"model": v2_block(**SETTINGS), "set_tensor": True})
     with pytest.raises(ValueError, match="set_tensor = false"):
         nlp.initialize(lambda: examples(nlp))

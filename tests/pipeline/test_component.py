@@ -30,7 +30,7 @@ def words(doc: Doc):
 
 def test_outside_check_config_gives_the_mean_of_the_embedder_layers(embedder):
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"options_file": OPTIONS, "weight_file": WEIGHTS, "initial_state": "zeros"})
+    nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": OPTIONS, "weight_file": WEIGHTS, "initial_state": "zeros"}})
     doc = nlp("The cat sat on the mat .")
     assert isinstance(doc._.elmo, np.ndarray) and doc._.elmo.dtype == np.float32 and doc._.elmo.shape == (7, 32)
     np.testing.assert_allclose(doc._.elmo, embedder.embed_sentence(words(doc)).mean(axis=0), atol=1e-5)
@@ -125,7 +125,7 @@ def test_tensor_and_similarity_hooks_use_elmo():
 def test_initialize_takes_the_weights_from_initialize_settings(embedder):
     nlp = spacy.blank("en")
     nlp.add_pipe(
-        "elmo", config={"options_file": "missing/options.json", "weight_file": "missing/weights.hdf5", "initial_state": "zeros"}
+        "elmo", config=elmo_config(options_file="missing/options.json", weight_file="missing/weights.hdf5")
     )
     with pytest.raises(ElmoOptionsError, match="missing/options.json"):
         nlp.initialize()

@@ -10,7 +10,7 @@ import spacy
 import srsly
 from spacy.tokens import Doc, DocBin
 
-from spacy_elmo.pipeline.bilm_model import build_bilm_model
+from spacy_elmo.pipeline.bilm_model import build_bilm_model_v2
 
 from .conftest import make_nlp
 
@@ -69,7 +69,7 @@ def test_to_bytes_from_bytes():
     nlp = make_nlp(mix="top")
     expected = [nlp(text)._.elmo for text in TEXTS]
     loaded = spacy.blank("en")
-    loaded.add_pipe("elmo", config={"mix": "top", "initial_state": "zeros"})  # no weight files: weights come from the bytes
+    loaded.add_pipe("elmo", config={"mix": "top", "model": {"@architectures": "spacy_elmo.ElmoBiLm.v2", "initial_state": "zeros"}})
     loaded.from_bytes(nlp.to_bytes())
     assert_same_vectors(loaded, expected)
 
@@ -84,14 +84,14 @@ def test_component_from_bytes_decodes_its_bytes_once(monkeypatch):
         return real_loads(bytes_data, *args, **kwargs)
 
     monkeypatch.setattr(srsly, "msgpack_loads", counting_loads)
-    loaded = spacy.blank("en").add_pipe("elmo", config={"initial_state": "zeros"})
+    loaded = spacy.blank("en").add_pipe("elmo", config={"model": {"@architectures": "spacy_elmo.ElmoBiLm.v2", "initial_state": "zeros"}})
     loaded.from_bytes(data)
     assert decoded.count(True) == 1  # the weights inside are decoded by the model, not the whole again
 
 
 def test_an_unloaded_biLM_model_round_trips_as_empty():
-    model = build_bilm_model()
-    copy = build_bilm_model().from_bytes(model.to_bytes())
+    model = build_bilm_model_v2()
+    copy = build_bilm_model_v2().from_bytes(model.to_bytes())
     assert copy.shims[0].module is None
 
 
