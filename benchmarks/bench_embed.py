@@ -4,9 +4,12 @@ The model is a published architecture (``--preset``: small 2x1024_128 by default
 char CNN) with seeded random weights, written to and loaded from files like a real model. The text is the first ``--sentences``
 sentences of 5-40 tokens of the UD English EWT dev set (whitespace tokens = the FORM column). Each setting runs
 one warm-up pass, then ``--passes`` timed passes; the best pass counts. Outputs of all settings are compared with
-the uncached all-at-once run (max abs diff).
+the uncached all-at-once fp32 run: max abs diff, and the top layer's mean and 1st-percentile cosine per token.
+``--precision`` lists the precisions to compare in the same run (old and new code side by side: the ratio to fp32
+is the figure that survives a loaded machine); one this CPU refuses is reported with the reason.
 
     python benchmarks/bench_embed.py            # from the repository root; reads ../shared/data
+    python benchmarks/bench_embed.py --threads 1 --precision fp32,int8,bf16 --batch-sizes all
 """
 import argparse
 import functools
@@ -112,6 +115,15 @@ def run_embedder(
     return out
 
 
+def fidelity(result: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> Tuple[float, float, float]:
+    """The top layer's mean and 1st-percentile cosine per token to ``reference``, and the max abs diff of all layers."""
+    x = np.concatenate([r[-1] for r in result])
+    y = np.concatenate([r[-1] for r in reference])
+    cos = (x * y).sum(1) / np.maximum(np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1), 1e-30)
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(result, reference))
+    return float(cos.mean()), float(np.percentile(cos, 1)), diff
+
+
 def best_time(fn: Callable[[], List[np.ndarray]], passes: int) -> Tuple[float, float, List[np.ndarray]]:
     """Best wall-clock seconds and best process CPU seconds (all threads) of ``passes`` runs after a warm-up."""
     result = fn()
@@ -133,6 +145,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--cache-size", type=int, default=50000, help="most frequent UD-train words to cache")
     parser.add_argument("--batch-sizes", default="32,64,all")
     parser.add_argument("--preset", default="small", choices=["small", "medium", "original"], help="architecture")
+    parser.add_argument("--precision", default="fp32", help="comma-separated precisions, e.g. fp32,int8,bf16")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_before = _load()
@@ -149,26 +162,34 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     gflops = gemm_gflops()
     rows = []
+    refused: List[str] = []
     reference: Optional[List[np.ndarray]] = None
     with tempfile.TemporaryDirectory() as tmp:
         options_file, weight_file = make_model(Path(tmp), args.seed, args.preset)
-        for cached in (False, True):
-            start = time.perf_counter()
-            embedder = ElmoEmbedder(
-                options_file,
-                weight_file,
-                initial_state="zeros",
-                cache_size=len(cache_words) if cached else 0,
-                cache_words=cache_words if cached else None,
-                threads=None,  # the torch thread count set by --threads
-            )
-            setup = time.perf_counter() - start
-            for batch_size in batch_sizes:
-                seconds, cpu, result = best_time(functools.partial(run_embedder, embedder, sentences, batch_size), args.passes)
-                if reference is None:
-                    reference = result
-                diff = max(float(np.abs(a - b).max()) for a, b in zip(result, reference))
-                rows.append((cached, batch_size, n_words / seconds, n_words / cpu, diff, setup))
+        for precision in args.precision.split(","):
+            for cached in (False, True):
+                start = time.perf_counter()
+                try:
+                    embedder = ElmoEmbedder(
+                        options_file,
+                        weight_file,
+                        initial_state="zeros",
+                        cache_size=len(cache_words) if cached else 0,
+                        cache_words=cache_words if cached else None,
+                        threads=None,  # the torch thread count set by --threads
+                        precision=precision,
+                    )
+                except ValueError as err:
+                    refused.append(f"{precision}: {err}")
+                    break
+                setup = time.perf_counter() - start
+                for batch_size in batch_sizes:
+                    run = functools.partial(run_embedder, embedder, sentences, batch_size)
+                    seconds, cpu, result = best_time(run, args.passes)
+                    if reference is None:
+                        reference = result
+                    rows.append((precision, cached, batch_size, n_words / seconds, n_words / cpu,
+                                 fidelity(result, reference), setup))
     gflops_after = gemm_gflops()
     ceiling = max(gflops, gflops_after) * 1e9 / flops_per_word  # contention only lowers a measured rate
 
@@ -187,15 +208,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print()
     first = "all at once" if batch_sizes[0] is None else f"batch {batch_sizes[0]}"
     print(
-        f"| token cache | batch | words/s | share of FLOP ceiling | words per CPU-second | "
-        f"max abs diff vs uncached, {first} |"
+        f"| precision | token cache | batch | words/s | x fp32 | share of fp32 FLOP ceiling | words per CPU-second | "
+        f"top layer cosine mean / 1st pct, max abs diff vs fp32 uncached, {first} |"
     )
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for cached, batch_size, rate, cpu_rate, diff, _ in rows:
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
+    fp32_rates = {(c, b): r for p, c, b, r, *_ in rows if p == "fp32"}
+    for precision, cached, batch_size, rate, cpu_rate, (mean, p1, diff), _ in rows:
         label = "all at once" if batch_size is None else str(batch_size)
-        cells = [label, f"{rate:,.0f}", f"{rate / ceiling:.0%}", f"{cpu_rate:,.0f}", f"{diff:.1e}"]
-        print(f"| {'yes' if cached else 'no'} | " + " | ".join(cells) + " |")
-    print(f"\ncache fill time: {rows[-1][5]:.1f} s (load + fill), uncached load: {rows[0][5]:.1f} s")
+        base = fp32_rates.get((cached, batch_size))
+        ratio = f"{rate / base:.2f}" if base else "-"
+        cells = [label, f"{rate:,.0f}", ratio, f"{rate / ceiling:.0%}", f"{cpu_rate:,.0f}",
+                 f"{mean:.5f} / {p1:.4f}, {diff:.1e}"]
+        print(f"| {precision} | {'yes' if cached else 'no'} | " + " | ".join(cells) + " |")
+    for line in refused:
+        print(f"refused: {line}")
+    print(f"\ncache fill time: {rows[-1][6]:.1f} s (load + fill), uncached load: {rows[0][6]:.1f} s")
 
 
 def _cpu_model() -> str:

@@ -15,6 +15,7 @@ from .default_model import DEFAULT_LANG, model_files
 from .files import PathLike
 from .model.carried_state import CarriedState
 from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
+from .model.precision import DEFAULT_PRECISION
 from .threads import DEFAULT_THREADS, check_threads, torch_threads
 from .weights import load_files
 
@@ -40,6 +41,13 @@ class ElmoEmbedder:
     lang: with no files given, use the model embedded for this language ("en" or "zh").
     threads: torch CPU threads while embedding (default 1, never slow on a busy machine; more can help on idle
         cores; None keeps torch's own setting). Set for each call only: other torch code is not affected.
+    precision: the biLM's matrix products in ``"fp32"`` (default, exact), ``"int8"`` (int8 weights, per-row
+        int8 activations; any x86 CPU, fastest with AVX512-VNNI) or ``"bf16"`` (CPUs with native bf16; refused
+        elsewhere); on a GPU ``"bf16"`` or ``"fp16"``. A sentence's vectors still do not depend on its batch.
+
+    One embedder may serve several threads at once in the stateless mode (the default), with or without the
+    token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to
+    call, so it is for one thread at a time: across threads the order of calls, hence the vectors, is arbitrary.
     """
 
     def __init__(
@@ -54,10 +62,12 @@ class ElmoEmbedder:
         max_batch_tokens: int = 4096,
         lang: str = DEFAULT_LANG,
         threads: Optional[int] = DEFAULT_THREADS,
+        precision: str = DEFAULT_PRECISION,
     ):
         self.threads = check_threads(threads)
         bilm = load_files(*model_files(options_file, weight_file, lang))
         self.encoder = ElmoEncoder(bilm, initial_state=initial_state, cache_size=cache_size).to(device).eval()
+        self.encoder.set_precision(precision)
         if cache_words is not None:
             self.encoder.fill_cache(cache_words)
         self.stateful = stateful

@@ -6,13 +6,20 @@ every operation, and the biLM's many small LSTM steps become 2x to 10x slower th
 
 Why per call: ``torch.set_num_threads`` is process-wide. Setting it once would change every other torch user in
 the process, so :func:`torch_threads` sets it for the duration of one call and then restores the previous value.
+Calls from several Python threads at once share one setting: the first to enter sets it, the last to leave restores
+the value from before the first (a later entrant asking for another count runs with the one in force).
 """
+import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import torch
 
 DEFAULT_THREADS = 1
+
+_lock = threading.Lock()
+_active = 0  # calls inside torch_threads with a count set
+_previous = 0  # torch's setting before the first of them
 
 
 def check_threads(threads: Optional[int]) -> Optional[int]:
@@ -25,12 +32,20 @@ def check_threads(threads: Optional[int]) -> Optional[int]:
 @contextmanager
 def torch_threads(threads: Optional[int]) -> Iterator[None]:
     """Run the block with ``threads`` torch CPU threads (None: unchanged); the previous number is restored after."""
-    previous = torch.get_num_threads()
-    if threads is None or threads == previous:
+    global _active, _previous
+    if threads is None:
         yield
         return
-    torch.set_num_threads(threads)
+    with _lock:
+        if _active == 0:
+            _previous = torch.get_num_threads()
+            if threads != _previous:
+                torch.set_num_threads(threads)
+        _active += 1
     try:
         yield
     finally:
-        torch.set_num_threads(previous)
+        with _lock:
+            _active -= 1
+            if _active == 0 and torch.get_num_threads() != _previous:
+                torch.set_num_threads(_previous)

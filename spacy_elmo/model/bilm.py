@@ -9,7 +9,20 @@ from ..options import ElmoOptions
 from .char_cnn import CharCNN
 from .highway import Highway
 from .lstm import LstmWithProjection, Packing, run_packed
+from .precision import DEFAULT_PRECISION, LowPrecisionLinear, linear, low_precision_linear
 from .token_ids import TokenIds
+
+
+# The parts of the biLM whose matrix products can run at a reduced precision.
+PARTS = ("char_cnn", "highway", "projection", "lstm_input", "lstm_hidden", "lstm_projection")
+# The parts each precision runs, chosen by measurement (BENCHMARKS.md, "Reduced precision"): int8 leaves the token
+# projection in fp32, where per-row int8 costs the most fidelity (its input's rows span a wide range) and the least
+# time (one small product per word type, skipped for cached words).
+PRECISION_PARTS = {
+    "int8": ("char_cnn", "highway", "lstm_input", "lstm_hidden", "lstm_projection"),
+    "bf16": PARTS,
+    "fp16": PARTS,
+}
 
 
 @dataclass
@@ -84,6 +97,35 @@ class BiLm(nn.Module):
 
         self.forward_lstms = stack()
         self.backward_lstms = stack()
+        self.precision = DEFAULT_PRECISION
+        self.precision_parts: Tuple[str, ...] = ()  # the parts at ``precision``
+        self._low_proj: Optional[LowPrecisionLinear] = None
+
+    def set_precision(self, precision: str, parts: Sequence[str] = ()) -> None:
+        """Run ``parts`` (see :data:`PARTS`) at ``precision`` and the rest in fp32; ``"fp32"`` undoes it.
+
+        The weights are converted here, once, for inference: call again after they change. Checking that
+        the device can run ``precision`` is the caller's (:func:`~spacy_elmo.model.precision.check_precision`).
+        """
+        unknown = set(parts) - set(PARTS)
+        if unknown:
+            raise ValueError(f"unknown biLM parts {sorted(unknown)}; known: {', '.join(PARTS)}")
+        chosen = () if precision == DEFAULT_PRECISION else tuple(parts)
+        self.precision, self.precision_parts = precision, chosen
+        self.char_cnn.low_precision = []
+        self.highway.low_precision = []
+        if "char_cnn" in chosen:
+            self.char_cnn.set_precision(precision)
+        if "highway" in chosen:
+            self.highway.set_precision(precision)
+        self._low_proj = low_precision_linear(self.w_proj, self.b_proj, precision) if "projection" in chosen else None
+        lstm_products = [name for name in ("input", "hidden", "projection") if f"lstm_{name}" in chosen]
+        for lstm in (*self.forward_lstms, *self.backward_lstms):
+            lstm.set_precision(precision, lstm_products)
+
+    def refresh_precision(self) -> None:
+        """Convert the weights again at the precision set (after they changed or moved)."""
+        self.set_precision(self.precision, self.precision_parts)
 
     def token_layer(self, char_ids: torch.Tensor, word_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Context-free token vectors ``(n_tokens, projection_dim)`` from ``(n_tokens, max_chars)`` ids
@@ -91,7 +133,7 @@ class BiLm(nn.Module):
         x = self.highway(self.char_cnn(char_ids))
         if self.word_embedding is not None:
             x = torch.cat((self.word_embedding(word_ids), x), dim=1)
-        return torch.addmm(self.b_proj, x, self.w_proj)
+        return linear(x, self.w_proj, self.b_proj, self._low_proj)
 
     def forward(
         self, tokens: torch.Tensor, lengths: Sequence[int], state: Optional[BiLmState] = None

@@ -1,10 +1,11 @@
 """The character CNN: char embeddings, convolutions of several widths, max over positions, activation."""
-from typing import Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 from torch import nn
 
 from .chars import PAD_CHAR
+from .precision import LowPrecisionLinear, low_precision_linear
 
 
 class CharCNN(nn.Module):
@@ -41,7 +42,15 @@ class CharCNN(nn.Module):
             nn.Parameter(torch.empty(n, embedding_dim, w)) for w, n in self.filters
         )
         self.biases = nn.ParameterList(nn.Parameter(torch.zeros(n)) for _, n in self.filters)
+        # Per filter width at a reduced precision: windows ``(n, dim * width)`` @ ``(dim * width, channels)``.
+        self.low_precision: List[LowPrecisionLinear] = []
         self.reset_parameters()
+
+    def set_precision(self, precision: str) -> None:
+        """Run the convolutions' products at ``precision`` from now on (weights converted here, once)."""
+        self.low_precision = [
+            low_precision_linear(weight.view(weight.shape[0], -1).t(), None, precision) for weight in self.weights
+        ]
 
     @property
     def output_dim(self) -> int:
@@ -77,11 +86,15 @@ class CharCNN(nn.Module):
         n = char_ids.shape[0]
         x = self.embedding(char_ids[:, : min(self.max_chars, longest + self.max_width)])  # (n, positions, dim)
         maxima = []
-        for weight in self.weights:
+        for k, weight in enumerate(self.weights):
             channels, dim, width = weight.shape
             # Windows starting at 0..longest: the last one (if it fits) is padding only.
             windows = x[:, : min(self.max_chars, longest + width)].unfold(1, width, 1)  # (n, starts, dim, width)
             starts = windows.shape[1]
-            conv = torch.mm(windows.reshape(n * starts, dim * width), weight.view(channels, dim * width).t())
+            flat = windows.reshape(n * starts, dim * width)
+            if self.low_precision:
+                conv = self.low_precision[k](flat)
+            else:
+                conv = torch.mm(flat, weight.view(channels, dim * width).t())
             maxima.append(conv.view(n, starts, channels).amax(dim=1))
         return torch.cat(maxima, dim=1)

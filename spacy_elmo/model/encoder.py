@@ -6,9 +6,10 @@ import torch
 from torch import nn
 
 from .batching import length_batches
-from .bilm import BiLm, BiLmState
+from .bilm import PRECISION_PARTS, BiLm, BiLmState
 from ..errors import TokenTruncationWarning
 from .chars import TokenBatch, first_truncated, n_bytes
+from .precision import DEFAULT_PRECISION, check_precision
 from .token_ids import TokenIds
 from .token_cache import TokenCache
 
@@ -54,17 +55,31 @@ class ElmoEncoder(nn.Module):
     :data:`WARM_UP_TEXT`, the same for every sentence) or ``"auto"``: the start the model was
     trained from (see :func:`resolve_initial_state`). Either way a sentence's vectors depend on
     nothing but the sentence.
+
+    ``precision`` (``"fp32"``, ``"bf16"``, ``"int8"``; ``"fp16"`` on a GPU; see :mod:`.precision`) is the
+    precision of the biLM's matrix products, for inference; moving the encoder keeps it.
+
+    Stateless calls are safe from several threads at once (the token cache locks itself; the warm state is the
+    same whoever computes it); carried state is the caller's (:class:`CarriedState` is not shared safely).
     """
 
-    def __init__(self, bilm: BiLm, initial_state: str = DEFAULT_INITIAL_STATE, cache_size: int = 0):
+    def __init__(
+        self,
+        bilm: BiLm,
+        initial_state: str = DEFAULT_INITIAL_STATE,
+        cache_size: int = 0,
+        precision: str = DEFAULT_PRECISION,
+    ):
         super().__init__()
         check_initial_state(initial_state)
         self.bilm = bilm
         self.initial_state = initial_state
-        self.cache = TokenCache(cache_size, bilm.options.projection_dim) if cache_size > 0 else None
+        self.cache: Optional[TokenCache] = None
+        self.set_cache_size(cache_size)
         self._warm: Optional[BiLmState] = None
         self._truncation_reported = False
         self._token_ids = TokenIds(bilm.options)
+        self.set_precision(precision)
 
     @property
     def options(self):
@@ -74,15 +89,37 @@ class ElmoEncoder(nn.Module):
     def device(self) -> torch.device:
         return self.bilm.w_proj.device
 
+    @property
+    def precision(self) -> str:
+        return self.bilm.precision
+
+    def set_precision(self, precision: str) -> None:
+        """Run the biLM's products at ``precision`` (checked against the device) and forget what fp32 gave."""
+        check_precision(precision, self.device)
+        self.bilm.set_precision(precision, PRECISION_PARTS.get(precision, ()))
+        self.weights_changed()
+
+    def set_cache_size(self, cache_size: int) -> None:
+        """Keep up to ``cache_size`` token vectors (0: no cache); an existing cache is emptied."""
+        if cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0 (0 turns the token cache off), found {cache_size}")
+        dim = self.bilm.options.projection_dim
+        self.cache = TokenCache(cache_size, dim, device=self.device) if cache_size > 0 else None
+
     def _apply(self, fn, *args, **kwargs):  # moving the module moves the cache and forgets the warm state
         result = super()._apply(fn, *args, **kwargs)
         if self.cache is not None:
             self.cache.vectors = fn(self.cache.vectors)
+        if self.bilm.precision != DEFAULT_PRECISION:
+            check_precision(self.bilm.precision, self.device)
+            self.bilm.refresh_precision()  # the converted weights follow the parameters
         self._warm = None
         return result
 
     def weights_changed(self) -> None:
         """Forget everything derived from the weights (call after loading or training them)."""
+        if self.bilm.precision != DEFAULT_PRECISION:
+            self.bilm.refresh_precision()
         if self.cache is not None:
             self.cache.clear()
         self._warm = None
@@ -93,17 +130,7 @@ class ElmoEncoder(nn.Module):
         use_cache = self.cache is not None and not (torch.is_grad_enabled() and self.bilm.w_proj.requires_grad)
         if not use_cache:
             return self.bilm.token_layer(*self._ids(types, max_chars))
-        found, slots, missing = self.cache.lookup(types)
-        out = self.cache.vectors.new_empty(len(types), self.options.projection_dim)
-        if found:
-            index = torch.tensor(found, device=self.device)
-            out.index_copy_(0, index, self.cache.vectors.index_select(0, torch.tensor(slots, device=self.device)))
-        if missing:
-            new_types = [types[i] for i in missing]
-            computed = self.bilm.token_layer(*self._ids(new_types, max_chars))
-            out.index_copy_(0, torch.tensor(missing, device=self.device), computed)
-            self.cache.add(new_types, computed)
-        return out
+        return self.cache.vectors_of(types, lambda new: self.bilm.token_layer(*self._ids(new, max_chars)))
 
     def _ids(self, types: Sequence[str], max_chars: int) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Character ids (and word ids, for models with words) of ``types`` on the model's device."""
@@ -152,13 +179,14 @@ class ElmoEncoder(nn.Module):
         """The state every sentence starts from when none is carried over (``stateful``: new rows of that mode)."""
         if resolve_initial_state(self.initial_state, self.options, stateful) == "zeros":
             return BiLmState.zeros(self.options, rows, self.bilm.w_proj)
-        if self._warm is None:
+        warm = self._warm  # read once: another thread may reset it; two threads computing it get the same state
+        if warm is None:
             with torch.no_grad():
                 state = BiLmState.zeros(self.options, 1, self.bilm.w_proj)
                 for sentence in WARM_UP_TEXT:
                     _, _, state = self.forward([sentence.split()], state)
-            self._warm = state.detach()
-        return self._warm.expand(rows)
+            warm = self._warm = state.detach()
+        return warm.expand(rows)
 
     def forward(
         self, sentences: Sequence[Sequence[str]], state: Optional[BiLmState] = None

@@ -1,6 +1,10 @@
 """Highway layers (Srivastava et al. 2015) in the form the ELMo weight files use."""
+from typing import List
+
 import torch
 from torch import nn
+
+from .precision import LowPrecisionLinear, low_precision_linear
 
 
 class Highway(nn.Module):
@@ -17,7 +21,20 @@ class Highway(nn.Module):
         self.b_carry = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(n_layers))
         self.w_transform = nn.ParameterList(nn.Parameter(torch.empty(dim, dim)) for _ in range(n_layers))
         self.b_transform = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(n_layers))
+        # At a reduced precision, one product per layer for both gates: ``x [W_carry | W_transform] + [b_c | b_t]``.
+        self.low_precision: List[LowPrecisionLinear] = []
         self.reset_parameters()
+
+    def set_precision(self, precision: str) -> None:
+        """Run the gates' products at ``precision`` from now on (weights converted here, once)."""
+        self.low_precision = [
+            low_precision_linear(
+                torch.cat((self.w_carry[k], self.w_transform[k]), dim=1),
+                torch.cat((self.b_carry[k], self.b_transform[k])),
+                precision,
+            )
+            for k in range(len(self))
+        ]
 
     def reset_parameters(self) -> None:
         for w in list(self.w_carry) + list(self.w_transform):
@@ -32,7 +49,11 @@ class Highway(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for k in range(len(self)):
-            carry = torch.sigmoid(torch.addmm(self.b_carry[k], x, self.w_carry[k]))
-            transform = torch.relu(torch.addmm(self.b_transform[k], x, self.w_transform[k]))
+            if self.low_precision:
+                carry, transform = self.low_precision[k](x).chunk(2, dim=1)
+            else:
+                carry = torch.addmm(self.b_carry[k], x, self.w_carry[k])
+                transform = torch.addmm(self.b_transform[k], x, self.w_transform[k])
+            carry, transform = torch.sigmoid(carry), torch.relu(transform)
             x = carry * transform + (1.0 - carry) * x
         return x

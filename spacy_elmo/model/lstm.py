@@ -5,11 +5,13 @@ Per step: ``z = x W_in + h W_rec + b`` split into gates ``i, j, f, o`` (TF order
 ``h = (sigmoid(o) tanh(c)) W_proj`` clipped to ``±proj_clip``. The ``+1`` on the forget gate is
 added at run time, as TensorFlow does, so the stored bias is the file's bias bit for bit.
 """
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import nn
+
+from .precision import LowPrecisionLinear, low_precision_linear, stacked_linear
 
 
 # Packed rows per input product in :func:`run_packed`.
@@ -33,7 +35,17 @@ class LstmWithProjection(nn.Module):
         forget = torch.zeros(4 * cell_dim)
         forget[2 * cell_dim : 3 * cell_dim] = 1.0
         self.register_buffer("_forget_offset", forget, persistent=False)
+        # Products at a reduced precision, by name ("input", "hidden", "projection"); see :meth:`set_precision`.
+        self.low_precision: Dict[str, LowPrecisionLinear] = {}
         self.reset_parameters()
+
+    def set_precision(self, precision: str, products: Sequence[str]) -> None:
+        """Run ``products`` (of "input", "hidden", "projection") at ``precision`` from now on, the rest in fp32.
+
+        The weights are converted here, once; call again after the weights change.
+        """
+        weights = {"input": self.w_input, "hidden": self.w_hidden, "projection": self.w_proj}
+        self.low_precision = {name: low_precision_linear(weights[name], None, precision) for name in products}
 
     def reset_parameters(self) -> None:
         fan_in = self.input_dim + self.projection_dim
@@ -102,26 +114,23 @@ def run_packed(
     Returns the packed outputs ``(n_lstms, n_packed, projection_dim)`` and each row's final state.
     """
     first = lstms[0]
-    w_input = torch.stack([lstm.w_input for lstm in lstms])
-    w_hidden = torch.stack([lstm.w_hidden for lstm in lstms])
-    w_proj = torch.stack([lstm.w_proj for lstm in lstms])
-    bias = (torch.stack([lstm.bias for lstm in lstms]) + first._forget_offset).unsqueeze(1)
+    products = StackedProducts(lstms)
     h, c = h0, c0
     final_h: List[torch.Tensor] = []
     final_c: List[torch.Tensor] = []
     outputs: List[torch.Tensor] = []
     blocks = _blocks(active, BLOCK_ROWS)
     for sizes, x_block in zip(blocks, x.split([sum(b) for b in blocks], dim=1)):
-        for n, step_in in zip(sizes, torch.baddbmm(bias, x_block, w_input).split(sizes, dim=1)):
+        for n, step_in in zip(sizes, products.inputs(x_block).split(sizes, dim=1)):
             if n < h.shape[1]:
                 final_h.append(h[:, n:])
                 final_c.append(c[:, n:])
                 h, c = h[:, :n], c[:, :n]
-            i, j, f, o = torch.baddbmm(step_in, h, w_hidden).chunk(4, dim=2)
+            i, j, f, o = products.recurrent(step_in, h).chunk(4, dim=2)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if first.cell_clip:
                 c = c.clamp(-first.cell_clip, first.cell_clip)
-            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), w_proj)
+            h = products.project(torch.sigmoid(o) * torch.tanh(c))
             if first.proj_clip:
                 h = h.clamp(-first.proj_clip, first.proj_clip)
             outputs.append(h)
@@ -129,6 +138,40 @@ def run_packed(
     final_c.append(c)
     out = torch.cat(outputs, dim=1) if outputs else x.new_zeros(len(lstms), 0, first.projection_dim)
     return out, torch.cat(final_h[::-1], dim=1), torch.cat(final_c[::-1], dim=1)
+
+
+class StackedProducts:
+    """The three matrix products of several LSTMs side by side, each in fp32 or at the LSTMs' reduced precision.
+
+    fp32 products run as one batched product over the stacked weights; reduced ones as one product per LSTM.
+    """
+
+    def __init__(self, lstms: Sequence[LstmWithProjection]):
+        self.low = {name: [lstm.low_precision[name] for lstm in lstms] for name in lstms[0].low_precision}
+        self.w = {
+            name: torch.stack([getattr(lstm, attr) for lstm in lstms])
+            for name, attr in (("input", "w_input"), ("hidden", "w_hidden"), ("projection", "w_proj"))
+            if name not in self.low
+        }
+        self.bias = (torch.stack([lstm.bias for lstm in lstms]) + lstms[0]._forget_offset).unsqueeze(1)
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Gate inputs with the bias (and the forget gate's +1): ``bias + x W_in``."""
+        if "input" in self.low:
+            return stacked_linear(self.low["input"], x) + self.bias
+        return torch.baddbmm(self.bias, x, self.w["input"])
+
+    def recurrent(self, step_in: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """``step_in + h W_rec``."""
+        if "hidden" in self.low:
+            return step_in + stacked_linear(self.low["hidden"], h)
+        return torch.baddbmm(step_in, h, self.w["hidden"])
+
+    def project(self, cell_out: torch.Tensor) -> torch.Tensor:
+        """``cell_out W_proj``."""
+        if "projection" in self.low:
+            return stacked_linear(self.low["projection"], cell_out)
+        return torch.bmm(cell_out, self.w["projection"])
 
 
 def _blocks(active: List[int], max_rows: int) -> List[List[int]]:

@@ -1,0 +1,125 @@
+"""The biLM's matrix products at reduced precision: bf16 or fp16 weights, or int8 weights with per-row activation scales.
+
+A :class:`LowPrecisionLinear` computes ``x @ W + b`` from weights converted once, when the precision is set
+(:meth:`BiLm.set_precision`), never per call. Outputs are float32, so everything between the products (gate
+nonlinearities, the cell state, clipping, residuals, the highway gates) stays in float32.
+
+int8 scales each *row* of the activations on its own, so a sentence's vectors never depend on its batch-mates
+(torch's ``quantize_dynamic`` scales per tensor, i.e. per batch): each row is divided by its largest magnitude,
+two pinning rows of +1 and -1 fix the per-tensor range that fbgemm's dynamic kernel derives to exactly [-1, 1],
+and the int32 sums are exact whatever the batch. The kernel is torch's fbgemm dynamic quantized linear, reached
+through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in one place.
+"""
+import warnings
+from typing import Optional, Sequence
+
+import torch
+
+PRECISIONS = ("fp32", "bf16", "int8", "fp16")
+CPU_PRECISIONS = ("fp32", "bf16", "int8")
+CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
+DEFAULT_PRECISION = "fp32"
+
+_FLOAT_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def native_bf16_cpu() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512_BF16 or AMX); without it bf16 is slower than fp32.
+
+    torch exposes the test only as ``torch.cpu._is_avx512_bf16_supported`` / ``_is_amx_tile_supported`` (no public
+    equivalent in 2.13); a torch without them counts as "no".
+    """
+    checks = (getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return any(check() for check in checks if check is not None)
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """Refuse a precision that is unknown, or that this device cannot run (fast), with what to use instead."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, found {precision!r}")
+    if device.type == "cuda":
+        if precision not in CUDA_PRECISIONS:
+            raise ValueError(
+                f"precision {precision!r} runs on CPUs only (torch's int8 kernels are CPU kernels); on a GPU use "
+                f"one of {', '.join(CUDA_PRECISIONS)}"
+            )
+        return
+    if precision == "fp16":
+        raise ValueError("precision 'fp16' is for GPUs; on a CPU use 'int8' (any x86 CPU) or 'bf16' (CPUs with bf16)")
+    if precision == "bf16" and not native_bf16_cpu():
+        raise ValueError(
+            f"precision 'bf16' needs a CPU with native bf16 (AVX512_BF16 or AMX); this one has "
+            f"{torch.backends.cpu.get_cpu_capability()}, where bf16 is slower than fp32. Use precision 'int8', "
+            f"which runs on AVX2 CPUs too, or 'fp32'"
+        )
+
+
+class LowPrecisionLinear:
+    """``x @ weight + bias`` at a reduced precision for inputs ``(..., in)``; float32 in, float32 out."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        self.in_features, self.out_features = weight.shape
+        self.bias = None if bias is None else bias.detach().float().clone()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        out = self._product(rows)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class FloatLinear(LowPrecisionLinear):
+    """Weights stored as bf16 or fp16; each product rounds its input to that type and returns float32."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], dtype: torch.dtype):
+        super().__init__(weight, bias)
+        self.dtype = dtype
+        self.weight = weight.detach().to(dtype).contiguous()
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.mm(rows.to(self.dtype), self.weight).float()
+
+
+class Int8Linear(LowPrecisionLinear):
+    """Weights in int8 with one scale per output column; activations in int8 with one scale per row."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        super().__init__(weight, bias)
+        columns = weight.detach().float().t().contiguous()  # (out, in), the layout fbgemm packs
+        scales = (columns.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
+        zero_points = torch.zeros(self.out_features, dtype=torch.long)
+        with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated; the kernel stays
+            warnings.simplefilter("ignore")
+            quantized = torch.quantize_per_channel(columns, scales, zero_points, 0, torch.qint8)
+            self._packed = torch.ops.quantized.linear_prepack(quantized, None)
+        self._pins = torch.stack((torch.ones(self.in_features), -torch.ones(self.in_features)))
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        n = rows.shape[0]
+        if n == 0:
+            return rows.new_zeros(0, self.out_features)
+        magnitude = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
+        unit = torch.cat((rows / magnitude, self._pins))
+        # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
+        return torch.ops.quantized.linear_dynamic(unit, self._packed, True)[:n] * magnitude
+
+
+def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> LowPrecisionLinear:
+    """The product ``x @ weight + bias`` (``weight``: ``(in, out)``, as the biLM stores it) at ``precision``."""
+    if precision == "int8":
+        return Int8Linear(weight, bias)
+    return FloatLinear(weight, bias, _FLOAT_TYPES[precision])
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, kernel: Optional[LowPrecisionLinear]) -> torch.Tensor:
+    """``bias + x @ weight`` for 2-d ``x``: by ``kernel`` where the precision is reduced, else in float32 as ever."""
+    return torch.addmm(bias, x, weight) if kernel is None else kernel(x)
+
+
+def stacked_linear(kernels: Sequence[LowPrecisionLinear], x: torch.Tensor) -> torch.Tensor:
+    """One product per leading index: ``x[d] @ W_d (+ b_d)`` for ``x`` ``(len(kernels), rows, in)``."""
+    return torch.stack([kernel(x[d]) for d, kernel in enumerate(kernels)])

@@ -1,0 +1,146 @@
+"""Reduced precision: faithful to fp32 within stated tolerances, batch-independent, converted once, refused where slow.
+
+bf16 is slow (emulated) on CPUs without native bf16, where the embedder refuses it; its numbers are checked here
+through the model-level ``set_precision``, which does no capability check, so they are tested on any CPU.
+"""
+from typing import List, Sequence
+
+import numpy as np
+import pytest
+import torch
+
+import spacy_elmo.model.precision as precision_module
+from spacy_elmo import ElmoEmbedder
+from spacy_elmo.model.bilm import PRECISION_PARTS
+from spacy_elmo.model.precision import check_precision
+from tests.conftest import ALLENNLP
+
+# Stated tolerances against the fp32 output, per layer (the targets of issue 19: top layer mean >= 0.999, 1st
+# percentile >= 0.99). Measured on these models: int8 >= 0.9997 mean; bf16 see BENCHMARKS.md.
+MIN_MEAN_COSINE = 0.999
+MIN_P1_COSINE = 0.99
+
+
+def sentences(n: int, seed: int = 0) -> List[List[str]]:
+    rng = np.random.default_rng(seed)
+    words = (ALLENNLP / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    return [[words[j] for j in rng.integers(0, len(words), rng.integers(1, 30))] for _ in range(n)]
+
+
+def cosines(a: Sequence[np.ndarray], b: Sequence[np.ndarray], layer: int) -> np.ndarray:
+    x = np.concatenate([s[layer] for s in a])
+    y = np.concatenate([s[layer] for s in b])
+    return (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+
+
+def at_precision(embedder: ElmoEmbedder, precision: str) -> ElmoEmbedder:
+    """``embedder`` with its biLM at ``precision``, bypassing the CPU check as the module docstring says."""
+    embedder.encoder.bilm.set_precision(precision, PRECISION_PARTS[precision])
+    embedder.encoder.weights_changed()
+    return embedder
+
+
+@pytest.fixture(scope="module", params=["allennlp", "embedded"])
+def model_files(request, allennlp_files):
+    return allennlp_files if request.param == "allennlp" else (None, None)
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_every_layer_stays_close_to_fp32(model_files, precision):
+    text = sentences(40)
+    reference = ElmoEmbedder(*model_files).embed_batch(text)
+    reduced = at_precision(ElmoEmbedder(*model_files), precision).embed_batch(text)
+    for layer in range(reference[0].shape[0]):
+        cos = cosines(reference, reduced, layer)
+        assert cos.mean() >= MIN_MEAN_COSINE and np.percentile(cos, 1) >= MIN_P1_COSINE, (layer, cos.mean())
+    assert max(float(np.abs(a - b).max()) for a, b in zip(reference, reduced)) > 0  # it did run reduced
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_sentence_does_not_depend_on_its_batch(allennlp_files, precision):
+    embedder = at_precision(ElmoEmbedder(*allennlp_files, max_batch_tokens=10_000), precision)
+    text = sentences(48, seed=1)
+    batched = embedder.embed_batch(text)
+    for i in (0, 5, 47):
+        np.testing.assert_allclose(embedder.embed_sentence(text[i]), batched[i], atol=1e-5, rtol=0)
+    reversed_batch = embedder.embed_batch(text[::-1])[::-1]
+    assert max(float(np.abs(a - b).max()) for a, b in zip(reversed_batch, batched)) <= 1e-5
+
+
+def test_int8_activations_are_scaled_per_row_not_per_batch():
+    """A row's product is the same next to a row 1000x larger (a per-tensor scale would flatten it to zeros)."""
+    torch.manual_seed(0)
+    linear = precision_module.Int8Linear(torch.randn(64, 32), torch.randn(32))
+    small = torch.randn(1, 64) * 1e-3
+    alone = linear(small)
+    beside_large = linear(torch.cat((small, torch.randn(1, 64) * 1e3)))[:1]
+    torch.testing.assert_close(alone, beside_large, rtol=0, atol=1e-7)
+    exact = small @ linear_weight(linear) + linear.bias
+    assert torch.nn.functional.cosine_similarity(alone, exact).item() > 0.999
+
+
+def linear_weight(linear: precision_module.Int8Linear) -> torch.Tensor:
+    """The fp32 weight an :class:`Int8Linear` was made from, reconstructed from its packed int8 form."""
+    unpacked, _ = torch.ops.quantized.linear_unpack(linear._packed)
+    return unpacked.dequantize().t()
+
+
+def test_fp32_after_a_reduced_precision_is_exact_again(allennlp_files):
+    text = sentences(8, seed=2)
+    reference = ElmoEmbedder(*allennlp_files).embed_batch(text)
+    embedder = ElmoEmbedder(*allennlp_files, precision="int8")
+    embedder.encoder.set_precision("fp32")
+    for a, b in zip(reference, embedder.embed_batch(text)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_weights_are_converted_once_at_load_not_per_call(allennlp_files, monkeypatch):
+    embedder = ElmoEmbedder(*allennlp_files, precision="int8")
+    conversions = []
+    monkeypatch.setattr(precision_module.Int8Linear, "__init__", lambda *a: conversions.append(a))
+    embedder.embed_batch(sentences(6, seed=3))
+    assert conversions == []
+
+
+@pytest.mark.parametrize("settings", [{"cache_size": 300}, {"stateful": True}, {"initial_state": "warm"}, {"threads": 2}])
+def test_int8_works_with_the_other_settings(allennlp_files, settings):
+    """Each setting at int8 gives what that setting gives in fp32, within the stated tolerance."""
+    text = sentences(12, seed=4)
+    reference = ElmoEmbedder(*allennlp_files, **settings).embed_batch(text)
+    reduced = ElmoEmbedder(*allennlp_files, precision="int8", **settings).embed_batch(text)
+    assert cosines(reference, reduced, 2).mean() >= MIN_MEAN_COSINE
+
+
+def test_the_token_cache_is_exact_at_int8(allennlp_files):
+    text = sentences(12, seed=5)
+    uncached = ElmoEmbedder(*allennlp_files, precision="int8").embed_batch(text)
+    cached = ElmoEmbedder(*allennlp_files, precision="int8", cache_size=500)
+    cached.embed_batch(text)  # fills the cache
+    for a, b in zip(uncached, cached.embed_batch(text)):
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_bf16_is_refused_on_a_cpu_without_native_bf16(allennlp_files, monkeypatch):
+    monkeypatch.setattr(precision_module, "native_bf16_cpu", lambda: False)
+    with pytest.raises(ValueError, match="needs a CPU with native bf16.*Use precision 'int8'"):
+        ElmoEmbedder(*allennlp_files, precision="bf16")
+    monkeypatch.setattr(precision_module, "native_bf16_cpu", lambda: True)
+    assert ElmoEmbedder(*allennlp_files, precision="bf16").encoder.precision == "bf16"
+
+
+@pytest.mark.parametrize(
+    "precision, device, message",
+    [
+        ("fp16", "cpu", "'fp16' is for GPUs"),
+        ("int8", "cuda", "runs on CPUs only"),
+        ("int4", "cpu", "precision must be one of fp32, bf16, int8, fp16"),
+    ],
+)
+def test_a_precision_the_device_cannot_run_is_refused(precision, device, message):
+    with pytest.raises(ValueError, match=message):
+        check_precision(precision, torch.device(device))
+
+
+def test_gpu_precisions_pass_the_check_for_a_gpu():
+    for precision in ("fp32", "bf16", "fp16"):
+        check_precision(precision, torch.device("cuda"))
