@@ -144,7 +144,8 @@ def pretrain(
         typer.echo(f"✘ {err}", err=True)
         raise typer.Exit(1)
     try:
-        result = Trainer(config, raw, output_dir).run(progress=not quiet)
+        with Trainer(config, raw, output_dir) as trainer:  # under torchrun, leaving it ends the process group
+            result = trainer.run(progress=not quiet)
     except ElmoError as err:
         typer.echo(f"✘ {err}", err=True)
         raise typer.Exit(1)

@@ -40,14 +40,21 @@ SOFTMAX = "softmax.pt"  # a run kept without its checkpoint: the softmax, fp16 (
 BEST = "best"
 
 
-def _distributed() -> tuple:
-    """``(rank, world_size)``; starts the process group when launched by ``torchrun``."""
+def _distributed() -> Tuple[int, int, bool]:
+    """``(rank, world_size, started)``; starts the process group when launched by ``torchrun`` (``started``: here).
+
+    ``torch.distributed.nn`` is imported first because DDP imports it, and on import its functions take the default
+    group as a default argument: imported after the group exists, they would hold it for the life of the process,
+    and :meth:`Trainer.close` could not free the group and join its threads.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+    started = world > 1 and not dist.is_initialized()
+    if started:
+        import torch.distributed.nn  # noqa: F401
+
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     rank = dist.get_rank() if dist.is_initialized() else 0
-    return rank, world
+    return rank, world, started
 
 
 def _device(rank: int) -> torch.device:
@@ -198,13 +205,21 @@ def check_resumable(saved_path: Path, config: Config) -> None:
         )
 
 
+class StoppedTogether(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped :meth:`Trainer.run`: every rank saved the checkpoint and stopped at the same step."""
+
+
 class Trainer:
-    """Holds everything of one pretraining run; :meth:`run` trains until ``max_steps`` or ``max_tokens``."""
+    """Holds everything of one pretraining run; :meth:`run` trains until ``max_steps`` or ``max_tokens``.
+
+    Under ``torchrun``, use it as a context manager (``with Trainer(...) as trainer: trainer.run()``): leaving the
+    block ends the process group the trainer started (:meth:`close`).
+    """
 
     def __init__(self, config: PretrainConfig, raw_config: Config, output_dir: Path):
         self.config = config
         self.output_dir = Path(output_dir)
-        self.rank, self.world = _distributed()
+        self.rank, self.world, self._owns_group = _distributed()
         self.device = _device(self.rank)
         if config.training.threads > 0:
             torch.set_num_threads(config.training.threads)
@@ -253,6 +268,35 @@ class Trainer:
         self.elapsed = 0.0
         if resuming:
             self._load_checkpoint()
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], traceback: Any) -> None:
+        """Close when the ranks ended together: the run finished, or a signal stopped all of them at one step.
+
+        After any other error the ranks may be at different points, and freeing a group whose peers are still
+        inside a collective can hang; the process is ending with that error anyway.
+        """
+        if exc_type is None or issubclass(exc_type, StoppedTogether):
+            self.close()
+
+    def close(self) -> None:
+        """End the process group this trainer started, and join its threads, while the interpreter is alive.
+
+        Why: left to the interpreter's exit, a gloo worker thread that still holds the tensors of the last
+        collective can free them, which takes the GIL, after the interpreter has begun to finalize: the thread
+        is ended mid-destructor and the process aborts ("terminate called without an active exception",
+        SIGABRT) after a run that succeeded. The DDP wrapper
+        holds the group, so it goes first; the group's last reference then goes with ``destroy_process_group``,
+        whose destructor joins the threads. Every rank must have passed its last collective (``run`` ends with a
+        barrier). A group the caller started is the caller's to end.
+        """
+        if not self._owns_group:
+            return
+        self.ddp = self.model
+        dist.destroy_process_group()
+        self._owns_group = False
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -384,7 +428,7 @@ class Trainer:
         checkpointing on the way; resumable.
 
         Ctrl-C or SIGTERM (on any one rank) stops every rank after the current step with a
-        checkpoint written, then raises KeyboardInterrupt.
+        checkpoint written, then raises StoppedTogether (a KeyboardInterrupt).
         """
         training = self.config.training
         self.model.train()
@@ -414,7 +458,7 @@ class Trainer:
                     bar.close()
                     self._log_window(window)
                     self.save_checkpoint()
-                    raise KeyboardInterrupt
+                    raise StoppedTogether
                 if self.step % training.checkpoint_every == 0:
                     self.save_checkpoint()
         bar.close()
