@@ -1,4 +1,8 @@
-"""The ``threads`` setting: torch's thread count during the biLM's calls only, restored after, 1 by default."""
+"""The ``threads`` setting: torch's thread count during the biLM's calls only, restored after, 1 by default;
+and one embedder or pipeline used from several Python threads at once."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import spacy
@@ -8,6 +12,7 @@ import spacy_elmo.pipeline.component as component_module
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.threads import torch_threads
 
+from .conftest import ALLENNLP
 from .pipeline.conftest import elmo_config
 
 OUTSIDE = 3  # the process's own setting in these tests: neither the default 1 nor a value the tests ask for
@@ -69,3 +74,53 @@ def test_thread_count_does_not_change_the_vectors(allennlp_files):
 def test_bad_thread_counts_are_refused(allennlp_files, bad):
     with pytest.raises(ValueError, match="threads must be a positive integer"):
         ElmoEmbedder(*allennlp_files, threads=bad)
+
+
+def _thread_sentences(n: int, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    words = (ALLENNLP / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    return [[words[j] for j in rng.integers(0, len(words), rng.integers(1, 25))] for _ in range(n)]
+
+
+def _in_threads(work, inputs: list, n_threads: int = 8) -> list:
+    """``work(x)`` for every input, all started together from ``n_threads`` Python threads."""
+    barrier = threading.Barrier(n_threads)
+
+    def run(chunk):
+        barrier.wait()
+        return [work(x) for x in chunk]
+
+    chunks = [inputs[i::n_threads] for i in range(n_threads)]
+    with ThreadPoolExecutor(n_threads) as pool:
+        results = list(pool.map(run, chunks))
+    out = [None] * len(inputs)
+    for i, chunk_results in enumerate(results):
+        out[i::n_threads] = chunk_results
+    return out
+
+
+@pytest.mark.parametrize("cache_size", [0, 200])
+def test_one_embedder_shared_by_8_threads_gives_the_serial_vectors(allennlp_files, cache_size):
+    """Five rounds, each with a fresh embedder, so that the cache fills while the threads race, five times."""
+    sentences = _thread_sentences(160, seed=7)
+    serial = ElmoEmbedder(*allennlp_files).embed_batch(sentences)
+    for _ in range(5):
+        shared = ElmoEmbedder(*allennlp_files, cache_size=cache_size)
+        threaded = _in_threads(shared.embed_sentence, sentences)
+        for a, b in zip(serial, threaded):
+            np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
+        assert cache_size == 0 or len(shared.encoder.cache) == cache_size
+
+
+@pytest.mark.parametrize("cache_size", [0, 200])
+def test_one_pipeline_shared_by_8_threads_gives_the_serial_vectors(cache_size):
+    texts = [" ".join(s) for s in _thread_sentences(160, seed=8)]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(cache_size=cache_size))
+    reference = spacy.blank("en")
+    reference.add_pipe("elmo", config=elmo_config(cache_size=0))
+    serial = [reference(text)._.elmo for text in texts]
+    threaded = _in_threads(lambda text: nlp(text)._.elmo, texts)
+    for a, b in zip(serial, threaded):
+        np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
+    assert torch.get_num_threads() == 1  # torch_threads restored the conftest's setting after the threads

@@ -18,7 +18,7 @@ The biLM lives in an :class:`ElmoShim` and is loaded lazily: by ``initialize()``
 ``from_bytes`` / ``from_disk``, or on the first call. Settings are plain model attrs, so a copy
 of the model (e.g. made by ``nlp.replace_listeners``) keeps working on its own.
 """
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -184,6 +184,11 @@ def _apply_settings(model: Model) -> SegmentEncoder:
 def bilm_options(model: Model) -> ElmoOptions:
     """The loaded biLM's options (loading it first if needed)."""
     return _apply_settings(model).options
+
+
+def fill_token_cache(model: Model, words: Iterable[str]) -> None:
+    """Pre-fill the biLM's token cache (``cache_size`` > 0) from ``words``, most frequent first, until it is full."""
+    _apply_settings(model).encoder.fill_cache(words)
 
 
 def reset_state(model: Model) -> None:

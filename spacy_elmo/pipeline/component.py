@@ -25,6 +25,7 @@ from .bilm_model import (
     bilm_settings,
     configure_bilm_model,
     encode_segments,
+    fill_token_cache,
     frozen_backprop,
     is_loaded,
     load_bilm_weights,
@@ -260,6 +261,10 @@ class Elmo(TrainablePipe):
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (``stateful = true``)."""
         reset_state(self.model)
+
+    def fill_token_cache(self, words: Iterable[str]) -> None:
+        """Pre-fill the biLM's token cache from a word list, most frequent first (it also fills as text runs)."""
+        fill_token_cache(self.model, words)
 
     # --- training ---
 
