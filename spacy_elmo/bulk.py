@@ -32,6 +32,7 @@ from .errors import ElmoError
 from .files import PathLike
 from .layer_mix import fixed_mix_weights
 from .model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
+from .model.precision import DEFAULT_PRECISION, PRECISIONS
 from .text import Tokenizer, make_tokenizer, open_text, split_long
 
 LAYER_MODES = ("all", "top", "average", "mix")
@@ -105,6 +106,7 @@ class EmbedSettings:
         (``gamma * sum_j mix_weights[j] * layer_j``, the weights used as given).
     max_tokens: longer lines are cut into consecutive windows of at most this many tokens, each
         embedded on its own (no context crosses a window boundary); their rows are concatenated.
+    precision: the biLM's matrix products, as for ``ElmoEmbedder`` (fp32, int8, bf16; fp16 on a GPU).
     """
 
     layers: str = "all"
@@ -117,6 +119,7 @@ class EmbedSettings:
     initial_state: str = DEFAULT_INITIAL_STATE
     options_file: Optional[str] = None
     weight_file: Optional[str] = None
+    precision: str = DEFAULT_PRECISION
     shard: Shard = Shard()
 
     def __post_init__(self) -> None:
@@ -126,6 +129,8 @@ class EmbedSettings:
             raise EmbedError("--layers mix needs --mix-weights (one weight per layer, e.g. 0.2,0.5,0.3), and only mix uses them")
         if self.max_tokens < 1:
             raise EmbedError(f"--max-tokens must be at least 1, found {self.max_tokens}")
+        if self.precision not in PRECISIONS:
+            raise EmbedError(f"--precision must be one of {', '.join(PRECISIONS)}, found {self.precision!r}")
         try:
             check_initial_state(self.initial_state, "--initial-state")
             check_model_files(self.options_file, self.weight_file, ("--options", "--weights"))
@@ -172,7 +177,16 @@ class EmbedSettings:
         the corrected rerun).
         """
         options_file, weight_file = self.model_files()
-        embedder = ElmoEmbedder(options_file, weight_file, initial_state=self.initial_state, device=resolve_device(device))
+        try:
+            embedder = ElmoEmbedder(
+                options_file,
+                weight_file,
+                initial_state=self.initial_state,
+                device=resolve_device(device),
+                precision=self.precision,
+            )
+        except ValueError as err:  # a precision this device cannot run
+            raise EmbedError(f"--precision: {err}") from None
         if self.layers != "all":
             self.mix_weights_for(embedder.options.n_output_layers)
         return embedder

@@ -183,6 +183,7 @@ def embed(
     max_tokens: int = typer.Option(256, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
     initial_state: Optional[str] = typer.Option(None, "--initial-state", help="auto | zeros | warm: where each window's LSTMs start (default: ElmoEmbedder's)"),
     device: str = typer.Option("cpu", "--device", help="torch device; 'cuda' under torchrun means cuda:$LOCAL_RANK"),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 (exact) | int8 | bf16 (CPUs with bf16) | fp16 (GPUs): the biLM's products"),
     shard: str = typer.Option("0/1", "--shard", help="i/n: embed lines k with k % n == i; auto: RANK/WORLD_SIZE"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
@@ -209,6 +210,7 @@ def embed(
             initial_state=initial_state or DEFAULT_INITIAL_STATE,
             options_file=options_file,
             weight_file=weight_file,
+            precision=precision,
             shard=chosen,
         )
         with sigterm_as_interrupt():  # close the file cleanly on SIGTERM as on Ctrl-C

@@ -333,3 +333,25 @@ def test_a_wrong_model_or_input_writes_nothing_and_the_corrected_rerun_works(all
     fixed = run(corpus, options, weights)
     assert fixed.exit_code == 0, fixed.output
     assert_same_file(out, reference_output)
+
+
+def test_precision_int8_writes_what_an_int8_embedder_gives_and_is_recorded(allennlp_files, corpus, spacy_tokens, tmp_path):
+    out = tmp_path / "int8.hdf5"
+    assert embed(allennlp_files, str(corpus), str(out), "--precision", "int8").exit_code == 0
+    int8 = ElmoEmbedder(*allennlp_files, initial_state="zeros", precision="int8")
+    fp32 = ElmoEmbedder(*allennlp_files, initial_state="zeros")
+    with h5py.File(out, "r") as f:
+        assert json.loads(f.attrs["settings"])["precision"] == "int8"
+        got = f["0"][()]
+    np.testing.assert_allclose(got, expected_layers(int8, spacy_tokens[0], 256), atol=1e-6)
+    assert np.abs(got - expected_layers(fp32, spacy_tokens[0], 256)).max() > 1e-4  # really not fp32
+
+
+def test_a_precision_this_cpu_refuses_writes_nothing(allennlp_files, corpus, tmp_path, monkeypatch):
+    import spacy_elmo.model.precision as precision_module
+
+    monkeypatch.setattr(precision_module, "native_bf16_cpu", lambda: False)
+    out = tmp_path / "bf16.hdf5"
+    result = embed(allennlp_files, str(corpus), str(out), "--precision", "bf16")
+    assert result.exit_code == 1 and "--precision: precision 'bf16' needs a CPU with native bf16" in result.output
+    assert not out.exists()
