@@ -11,6 +11,8 @@ Without --options/--weights the embedded default model is used. Sentences come f
 CoNLL-2003 (../shared/data/conll2003/train.txt); results print as Markdown rows for BENCHMARKS.md.
 """
 import argparse
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
@@ -23,6 +25,9 @@ from spacy.training import Example
 from thinc.api import fix_random_seed
 
 from spacy_elmo import ElmoEmbedder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_embed import UD, _cpu_model, make_model, read_conllu  # noqa: E402
 
 CONLL = Path(__file__).resolve().parents[2] / "shared" / "data" / "conll2003" / "train.txt"
 
@@ -53,11 +58,37 @@ def timed(run: Callable[[], object], repeats: int) -> float:
     return best
 
 
-def elmo_config(args: argparse.Namespace, **overrides) -> dict:
-    """The component's settings; threads None: the torch thread count set by --threads."""
+def elmo_config(args: argparse.Namespace, model_settings: Optional[dict] = None, **overrides) -> dict:
+    """The component's settings (``model_settings``: more of the biLM block's); threads None: the torch thread
+    count set by --threads."""
     model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": args.options, "weight_file": args.weights,
-             "max_batch_tokens": args.max_batch_tokens}
+             "max_batch_tokens": args.max_batch_tokens, **(model_settings or {})}
     return {"model": model, "threads": None, **overrides}
+
+
+def bench_component(args: argparse.Namespace, earlier: List[List[str]], text: List[List[str]]) -> List[tuple]:
+    """``nlp.pipe`` speed for each precision and token-cache size, on a fresh pipeline each.
+
+    The pipeline first reads ``earlier`` (the cache fills as that text runs: the cold pass), then ``text``, new
+    sentences: the steady state of a cache filled by earlier text. Rates are words per second of wall time and
+    of process CPU time (the second is steadier on a loaded machine at one thread).
+    """
+    rows = []
+    for precision in args.precision.split(","):
+        for cache_size in (int(c) for c in args.cache_sizes.split(",")):
+            nlp = spacy.blank("en")
+            nlp.add_pipe("elmo", config=elmo_config(args, model_settings={"precision": precision, "cache_size": cache_size}))
+            nlp.get_pipe("elmo").initialize()
+            rates = []
+            for sentences in (earlier, text):
+                docs = [Doc(nlp.vocab, words=s) for s in sentences]
+                wall, cpu = time.perf_counter(), time.process_time()
+                for _ in nlp.pipe(docs, batch_size=64):
+                    pass
+                n_words = sum(map(len, sentences))
+                rates += [n_words / (time.perf_counter() - wall), n_words / (time.process_time() - cpu)]
+            rows.append((precision, cache_size, *rates))
+    return rows
 
 
 def bench_inference(args: argparse.Namespace, sentences: List[List[str]]) -> Tuple[float, float]:
@@ -119,13 +150,49 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--epochs", type=int, default=3, help="training epochs; the first is not timed")
     parser.add_argument("--batch", type=int, default=32, help="training batch size (sentences)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--preset", choices=["small", "medium", "original"],
+                        help="seeded random weights of a published architecture instead of --options/--weights")
+    parser.add_argument("--text", choices=["conll", "ud"], default="conll",
+                        help="sentences of CoNLL-2003 train or of UD English-EWT dev (ordinary English text)")
+    parser.add_argument("--precision", default="fp32", help="comma-separated precisions for the nlp.pipe table")
+    parser.add_argument("--cache-sizes", default="0,20000", help="comma-separated token-cache sizes for that table")
+    parser.add_argument("--earlier-sentences", type=int, default=2000,
+                        help="UD-EWT train sentences read before the measured text (the cache fills on them)")
+    parser.add_argument("--inference-only", action="store_true", help="skip the training measurements")
     args = parser.parse_args(argv)
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the first epoch fills the cache and is not timed)")
     torch.set_num_threads(args.threads)
     tagged = read_conll(args.conll, args.sentences)
     sentences = [[w for w, _ in s] for s in tagged]
-    print(f"{len(sentences)} sentences, {sum(map(len, sentences))} words, torch threads {args.threads}\n")
+    if args.text == "ud":
+        sentences = read_conllu(UD / "en_ewt-ud-dev.conllu", 1, 10**9, args.sentences)
+    earlier = read_conllu(UD / "en_ewt-ud-train.conllu", 1, 10**9, args.earlier_sentences)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.preset:
+            args.options, args.weights = map(str, make_model(Path(tmp), 0, args.preset))
+        report(args, tagged, earlier, sentences)
+
+
+def report(
+    args: argparse.Namespace, tagged: List[List[Tuple[str, str]]], earlier: List[List[str]], sentences: List[List[str]]
+) -> None:
+    """Print the tables of :func:`main`."""
+    print(f"command: python {' '.join(sys.argv)}\nmachine: {_cpu_model()}")
+    print(f"{len(sentences)} sentences, {sum(map(len, sentences))} words ({args.text}), torch threads {args.threads}, "
+          f"model: {args.preset or args.options or 'embedded'}\n")
+    rows = bench_component(args, earlier, sentences)
+    print(f"nlp.pipe (batch_size 64): first {len(earlier)} UD-EWT train sentences ({sum(map(len, earlier))} words; "
+          f"the cache fills), then the text above; words/s of wall time / of CPU time")
+    base = {cache: cpu for precision, cache, _, _, _, cpu in rows if precision == "fp32"}
+    print("| precision | token cache | earlier text (cold) | the text (cache filled before) | x fp32 no cache (CPU) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for precision, cache, wall_a, cpu_a, wall_b, cpu_b in rows:
+        ratio = f"{cpu_b / base[0]:.2f}" if 0 in base else "-"
+        print(f"| {precision} | {cache:,} | {wall_a:,.0f} / {cpu_a:,.0f} | {wall_b:,.0f} / {cpu_b:,.0f} | {ratio} |")
+    print()
+    if args.inference_only:
+        return
     embed_wps, pipe_wps = bench_inference(args, sentences)
     print("| measurement | words/s |\n| --- | ---: |")
     print(f"| `ElmoEmbedder.embed_batch` | {embed_wps:,.0f} |")

@@ -74,6 +74,7 @@ def list_models(
     from .catalog import CATALOG
     from .default_model import DATA_DIR, EMBEDDED_MODELS
     from .download import cache_dir, downloaded
+    from .model.precision import suggested_precision
 
     def wanted(name: str, language: str) -> bool:
         return match is None or match.lower() in name.lower() or match.lower() == language.lower()
@@ -88,6 +89,8 @@ def list_models(
                    f"python -m spacy_elmo list", err=True)
         raise typer.Exit(1)
     typer.echo(f"Cache: {cache_dir()}")
+    precision, why = suggested_precision()
+    typer.echo(f"Precision for this machine: {precision!r} ({why})")
     if embedded:
         typer.echo("Embedded in the package (no download; used for their language when no model is given):")
     for name, lang in embedded.items():

@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confection import Config
 from typer.testing import CliRunner
 
@@ -61,3 +62,15 @@ def test_list_of_nothing_matching_is_an_error():
 def test_pretrain_reports_perplexities_readably():
     scores = {"forward_ppl": 516.5161647721333, "backward_ppl": 520.0849, "average_ppl": 518.2972}
     assert _held_out(scores) == "held-out perplexity: forward 516.5, backward 520.1 (average 518.3)"
+
+
+@pytest.mark.parametrize("vnni, bf16, expected", [(True, True, "int8"), (True, False, "int8"), (False, True, "fp32"),
+                                                  (False, False, "fp32")])
+def test_list_says_which_precision_suits_the_cpu(monkeypatch, vnni, bf16, expected):
+    import spacy_elmo.model.precision as precision_module
+
+    monkeypatch.setattr(precision_module, "vnni_cpu", lambda: vnni)
+    monkeypatch.setattr(precision_module, "native_bf16_cpu", lambda: bf16)
+    line = CliRunner().invoke(app, ["list", "zh"]).output.splitlines()[1]
+    assert line.startswith(f"Precision for this machine: '{expected}'")
+    assert ("'bf16' is closer to fp32" in line) == (vnni and bf16)

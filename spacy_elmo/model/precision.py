@@ -11,7 +11,7 @@ and the int32 sums are exact whatever the batch. The kernel is torch's fbgemm dy
 through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in one place.
 """
 import warnings
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -31,6 +31,25 @@ def native_bf16_cpu() -> bool:
     """
     checks = (getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
     return any(check() for check in checks if check is not None)
+
+
+def vnni_cpu() -> bool:
+    """Whether this CPU has AVX512-VNNI, where int8 products run several times faster than fp32 (private torch
+    test, as for :func:`native_bf16_cpu`)."""
+    check = getattr(torch.cpu, "_is_vnni_supported", None)
+    return bool(check is not None and check())
+
+
+def suggested_precision() -> Tuple[str, str]:
+    """The precision that suits this CPU, and why (measured: BENCHMARKS.md, "Reduced precision")."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if vnni_cpu():
+        closer = "; 'bf16' is closer to fp32" if native_bf16_cpu() else ""
+        return "int8", f"this CPU ({capability}) has AVX512-VNNI, where int8 products run fastest{closer}"
+    return "fp32", (
+        f"this CPU ({capability}) has no AVX512-VNNI: 'int8' runs but was measured about as fast as fp32 on such "
+        f"CPUs{'' if native_bf16_cpu() else ', and bf16 needs native bf16'}; the token cache is what helps here"
+    )
 
 
 def check_precision(precision: str, device: torch.device) -> None:
