@@ -123,6 +123,11 @@ def _name(source: Source) -> str:
 
 def read_weights(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
     """All datasets of a weights file as float32 arrays, validated against ``options``."""
+    return {key: array.astype(np.float32) for key, array in _read_datasets(source, options).items()}
+
+
+def _read_datasets(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
+    """All datasets of a weights file in their stored float dtype, validated against ``options``."""
     name = _name(source)
     if isinstance(source, (str, Path)) and not Path(source).exists():
         raise ElmoWeightsError(f"ELMo weight file not found: {name}")
@@ -155,7 +160,7 @@ def read_weights(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray]:
                     raise ElmoWeightsError(
                         f"ELMo weight file {name}: dataset {key!r} has dtype {dataset.dtype}, expected floating point"
                     )
-                arrays[key] = _plausible(np.asarray(dataset[()], dtype=np.float32), name, key)
+                arrays[key] = _plausible(np.asarray(dataset[()]), name, key)
     except ElmoWeightsError:
         raise
     except (OSError, RuntimeError, KeyError, ValueError) as err:  # what h5py raises for damaged files
@@ -214,13 +219,18 @@ def check_outputs(model: BiLm, name: str) -> None:
 
 
 def load_bilm(options: ElmoOptions, weights: Source) -> BiLm:
-    """A :class:`BiLm` with the weights of ``weights``, in eval mode. Nothing is returned if the file is bad."""
-    arrays = read_weights(weights, options)
+    """A :class:`BiLm` with the weights of ``weights``, in eval mode. Nothing is returned if the file is bad.
+
+    The parameters are float32; ``weights_dtype`` records whether the file stored them all as float16, so
+    that :func:`storage_dtype` can write them back at the size they came in.
+    """
+    arrays = _read_datasets(weights, options)
     model = BiLm(options)
     entries = layout(options)
     with torch.no_grad():
         for key, array in arrays.items():
-            entries[key].put(model, torch.from_numpy(array))
+            entries[key].put(model, torch.from_numpy(array.astype(np.float32)))
+    model.weights_dtype = "float16" if all(array.dtype == np.float16 for array in arrays.values()) else "float32"
     model.eval()
     check_outputs(model, _name(weights))
     return model
@@ -237,6 +247,18 @@ def write_weights(model: BiLm, target: Source, dtype: str = "float32") -> None:
     with h5py.File(target, "w", libver="v110") as f:
         for key, entry in layout(model.options).items():
             f.create_dataset(key, data=entry.get(model).cpu().numpy().astype(dtype), fletcher32=True)
+
+
+def storage_dtype(model: BiLm) -> str:
+    """The dtype to save ``model``'s weights in: float16 if they came from a float16 file and are still float16
+    values (not fine-tuned since), so a saved pipeline is no larger than its weight file; else float32 (exact)."""
+    if model.weights_dtype != "float16":
+        return "float32"
+    for entry in layout(model.options).values():
+        weights = entry.get(model)
+        if not torch.equal(weights.to(torch.float16).to(weights.dtype), weights):
+            return "float32"
+    return "float16"
 
 
 def weights_to_bytes(model: BiLm, dtype: str = "float32") -> bytes:

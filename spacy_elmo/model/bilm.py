@@ -100,6 +100,7 @@ class BiLm(nn.Module):
         self.precision = DEFAULT_PRECISION
         self.precision_parts: Tuple[str, ...] = ()  # the parts at ``precision``
         self._low_proj: Optional[LowPrecisionLinear] = None
+        self.weights_dtype = "float32"  # of the file the weights came from (set by weights.load_bilm)
 
     def set_precision(self, precision: str, parts: Sequence[str] = ()) -> None:
         """Run ``parts`` (see :data:`PARTS`) at ``precision`` and the rest in fp32; ``"fp32"`` undoes it.

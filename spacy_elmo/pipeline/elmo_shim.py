@@ -11,13 +11,15 @@ from ..errors import ElmoWeightsError
 from ..model.encoder import ElmoEncoder
 from ..model.segment_encoder import SegmentEncoder
 from ..options import ElmoOptions
-from ..weights import bilm_from_bytes, weights_to_bytes
+from ..weights import bilm_from_bytes, storage_dtype, weights_to_bytes
 
 
 class ElmoShim(PyTorchShim):
     """Holds the :class:`SegmentEncoder` (or nothing before the weights are loaded).
 
     Serialized as msgpack ``{"options": options.json text, "weights": hdf5 bytes, "sha256": of both}``; no pickle.
+    The weights keep the dtype of the file they came from (:func:`~spacy_elmo.weights.storage_dtype`): the
+    embedded float16 models save at half the float32 size, and a fine-tuned biLM saves as float32.
     Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU.
     """
 
@@ -59,7 +61,7 @@ class ElmoShim(PyTorchShim):
         if self._model is None:
             return srsly.msgpack_dumps({})
         bilm = self._model.encoder.bilm
-        options, weights = json.dumps(bilm.options.to_dict()), weights_to_bytes(bilm)
+        options, weights = json.dumps(bilm.options.to_dict()), weights_to_bytes(bilm, storage_dtype(bilm))
         return srsly.msgpack_dumps({"options": options, "weights": weights, "sha256": _sha256(options, weights)})
 
     def from_bytes(self, bytes_data: bytes) -> "ElmoShim":

@@ -1,16 +1,20 @@
 """Round trips: pipeline to disk / bytes / pickle, Docs to bytes / DocBin, and multiprocess ``nlp.pipe``."""
+import io
 import pickle
 import subprocess
 import sys
 import textwrap
 
+import h5py
 import numpy as np
 import pytest
 import spacy
 import srsly
+import torch
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo.pipeline.bilm_model import build_bilm_model_v2
+from spacy_elmo.weights import weights_to_bytes
 
 from .conftest import make_nlp
 
@@ -37,11 +41,24 @@ def test_to_disk_then_spacy_load(saved):
     assert_same_vectors(spacy.load(path), expected)
 
 
+def saved_payload(model_bytes: bytes) -> dict:
+    """The biLM's saved record (options, hdf5 weights, checksum) inside the bytes of an ``elmo`` model."""
+    model = srsly.msgpack_loads(model_bytes)
+    (shim_bytes,) = [shims[0] for shims in model["shims"] if shims]
+    return srsly.msgpack_loads(shim_bytes)
+
+
+def saved_dtypes(payload: dict) -> set:
+    """The dtypes of the datasets in the saved hdf5 weights."""
+    found = set()
+    with h5py.File(io.BytesIO(payload["weights"]), "r") as f:
+        f.visititems(lambda key, obj: found.add(str(obj.dtype)) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
 def test_saved_weights_are_hdf5_and_json_not_pickle(saved):
     path, _ = saved
-    model = srsly.msgpack_loads((path / "elmo" / "model").read_bytes())
-    (shim_bytes,) = [shims[0] for shims in model["shims"] if shims]
-    payload = srsly.msgpack_loads(shim_bytes)
+    payload = saved_payload((path / "elmo" / "model").read_bytes())
     assert set(payload) == {"options", "weights", "sha256"}
     assert srsly.json_loads(payload["options"])["lstm"]["projection_dim"] == 16
     assert payload["weights"].startswith(HDF5_SIGNATURE)
@@ -63,6 +80,47 @@ def test_spacy_load_in_a_fresh_process_needs_no_import(saved):
     from io import BytesIO
 
     np.testing.assert_array_equal(np.load(BytesIO(result.stdout)), expected[0])
+
+
+def test_float32_weights_are_saved_as_float32(saved):
+    path, _ = saved  # the reference fixture's weights are float32
+    assert saved_dtypes(saved_payload((path / "elmo" / "model").read_bytes())) == {"float32"}
+
+
+@pytest.fixture(scope="module")
+def embedded_nlp():
+    """A pipeline with the embedded English model, whose weight file is float16."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.initialize()
+    return nlp
+
+
+def test_float16_weights_are_saved_as_float16_at_half_the_size(embedded_nlp, tmp_path):
+    embedded_nlp.to_disk(tmp_path / "nlp")
+    payload = saved_payload((tmp_path / "nlp" / "elmo" / "model").read_bytes())
+    assert saved_dtypes(payload) == {"float16"}
+    as_float32 = weights_to_bytes(embedded_nlp.get_pipe("elmo").model.shims[0].module.encoder.bilm, "float32")
+    assert 0.45 < len(payload["weights"]) / len(as_float32) < 0.55
+    loaded = spacy.load(tmp_path / "nlp")
+    for text in TEXTS:
+        np.testing.assert_array_equal(loaded(text)._.elmo, embedded_nlp(text)._.elmo)
+
+
+def test_changed_float16_weights_are_saved_as_float32_exactly():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.initialize()
+    bilm = nlp.get_pipe("elmo").model.shims[0].module.encoder.bilm
+    with torch.no_grad():  # as fine-tuning would: a weight that is no longer a float16 value
+        bilm.b_proj[0] += 1e-4
+    payload = saved_payload(nlp.get_pipe("elmo").model.to_bytes())
+    assert saved_dtypes(payload) == {"float32"}
+    loaded = spacy.blank("en")
+    loaded.add_pipe("elmo")
+    loaded.from_bytes(nlp.to_bytes())
+    for text in TEXTS:
+        np.testing.assert_array_equal(loaded(text)._.elmo, nlp(text)._.elmo)
 
 
 def test_to_bytes_from_bytes():
