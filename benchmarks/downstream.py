@@ -2,6 +2,7 @@
 training text, and an untrained biLM of the same architecture, over several seeds, everything else equal.
 
     python benchmarks/downstream.py OUT_DIR [--tasks ner tagger] [--train-pct 10] [--seeds 0 1] [--jobs 2]
+    python benchmarks/downstream.py OUT_DIR --variants trained --precision int8   # the biLM's products in int8
 
 Variants (same config, cap, evaluation; one torch/BLAS thread per run, ``--jobs`` runs at a time):
 
@@ -103,7 +104,14 @@ def untrained(out: Path, seed: int) -> Path:
 
 
 def train_and_evaluate(
-    task: str, variant: str, seed: int, data: Path, bilm: Optional[Path], out: Path, max_steps: Optional[int]
+    task: str,
+    variant: str,
+    seed: int,
+    data: Path,
+    bilm: Optional[Path],
+    out: Path,
+    max_steps: Optional[int],
+    precision: str = "fp32",
 ) -> Dict:
     """Train one pipeline, evaluate its best model on the test set; return the test metrics and the wall time."""
     run_dir = out / task / f"{variant}-s{seed}"
@@ -122,6 +130,8 @@ def train_and_evaluate(
     if bilm is not None:
         command += ["--paths.elmo_options", str(bilm / "options.json")]
         command += ["--paths.elmo_weights", str(bilm / "weights.hdf5")]
+    if variant != "baseline":
+        command += ["--components.elmo.model.precision", precision]
     seconds = run(command, run_dir / "train.log")
     scores_file = run_dir / "scores.json"
     best = run_dir / "training" / "model-best"
@@ -134,9 +144,11 @@ def train_and_evaluate(
     return result
 
 
-def when_adapted(adapting: Future, task: str, seed: int, data: Path, out: Path, max_steps: Optional[int]) -> Dict:
+def when_adapted(
+    adapting: Future, task: str, seed: int, data: Path, out: Path, max_steps: Optional[int], precision: str
+) -> Dict:
     """``train_and_evaluate`` on the adapted biLM that ``adapting`` (an :func:`adapt` submitted earlier) writes."""
-    return train_and_evaluate(task, "adapted", seed, data, adapting.result(), out, max_steps)
+    return train_and_evaluate(task, "adapted", seed, data, adapting.result(), out, max_steps, precision)
 
 
 def table(results: Dict[str, Dict[str, Dict[int, Dict]]]) -> str:
@@ -168,6 +180,7 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--adapt-pct", type=int, help="percent of the training set whose text adapts (default: --train-pct)")
     parser.add_argument("--max-steps", type=int, help="training steps of every run (default: each task's cap)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
+    parser.add_argument("--precision", default="fp32", help="the biLM's precision in the ELMo variants (fp32, int8, bf16)")
     args = parser.parse_args(argv)
     out = args.out_dir.resolve()
     data = {task: corpus_dir(task, args.train_pct) for task in args.tasks}
@@ -183,10 +196,14 @@ def main(argv: Optional[list] = None) -> None:
             for task in args.tasks:
                 for seed in args.seeds:
                     if variant == "adapted":
-                        job = pool.submit(when_adapted, adapting[task], task, seed, data[task], out, args.max_steps)
+                        job = pool.submit(
+                            when_adapted, adapting[task], task, seed, data[task], out, args.max_steps, args.precision
+                        )
                     else:
                         bilm = untrained(out, seed) if variant == "untrained" else None  # trained: the embedded one
-                        job = pool.submit(train_and_evaluate, task, variant, seed, data[task], bilm, out, args.max_steps)
+                        job = pool.submit(
+                            train_and_evaluate, task, variant, seed, data[task], bilm, out, args.max_steps, args.precision
+                        )
                     jobs[task][variant][seed] = job
         results = {
             task: {variant: {seed: job.result() for seed, job in runs.items()} for variant, runs in by_variant.items()}
