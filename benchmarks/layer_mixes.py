@@ -1,16 +1,20 @@
-"""Ways to make one vector of a token's biLM layers, to compare with the component's default mix.
+"""Ways to make one vector of a token's biLM layers, to compare with the component's fixed mixes.
 
-The default ``"average"`` is the plain mean of the layers. A layer with larger vectors then sets most of the mean's
-direction: in ``en_gutenberg_tiny`` the context-free token layer (layer 0) has about twice the norm of the LSTM layers,
-so two uses of a word can look alike by cosine whatever their contexts. The alternatives here take out that imbalance
-(per token, or with fixed per-layer weights that the component's ``mix`` setting could hold), drop layer 0, or keep
-every layer side by side.
+``"average"`` is the plain mean of the layers. A layer with larger vectors then sets most of the mean's direction:
+in ``en_gutenberg_tiny`` the context-free token layer (layer 0, the same vector for every use of a word) has about
+twice the norm of the LSTM layers, so two uses of a word look alike by cosine whatever their contexts. The
+alternatives here drop layer 0 (``"top"``, the mean of the LSTM layers, the LSTM layers each scaled to unit mean
+norm), take out the imbalance per token or with fixed per-layer weights, subtract each layer's mean vector over
+reference text (``centre``), or keep every layer side by side.
 """
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
+from spacy_elmo.layer_mix import DEFAULT_MIX
+
 EPS = 1e-12
+DEFAULT_VIEW = f"default Token._.elmo (mix {DEFAULT_MIX!r})"
 
 
 def mean_layer_norms(layers: np.ndarray) -> np.ndarray:
@@ -29,16 +33,23 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), EPS)
 
 
-def layer_mixes(layers: np.ndarray, balancing_weights: np.ndarray) -> Dict[str, np.ndarray]:
+def layer_mixes(layers: np.ndarray, layer_norms: np.ndarray, centre: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
     """Token vectors ``(n_tokens, dim')`` by name, from layers ``(n_layers, n_tokens, dim)``.
 
-    ``balancing_weights``: see :func:`norm_balancing_weights`; compute them on data the scores are not taken from
-    when a probe is fitted, so that test tokens do not set their own weights.
+    ``layer_norms``: each layer's mean token norm (:func:`mean_layer_norms`), for the fixed weights that scale the
+    layers; ``centre``: each layer's mean vector ``(n_layers, dim)``, for the centred mixes (left out when None).
+    Compute both on data the scores are not taken from, so that scored tokens do not set their own weights.
     """
     n_layers = layers.shape[0]
     mixes = {f"layer {k}" + (" (= mix 'top')" if k == n_layers - 1 else ""): layers[k] for k in range(n_layers)}
     mixes[f"mean of LSTM layers 1-{n_layers - 1}"] = layers[1:].mean(axis=0)
+    lstm_weights = np.concatenate([[0.0], norm_balancing_weights(layer_norms[1:])]).astype(layers.dtype)
+    mixes["LSTM layers at unit mean norm"] = np.tensordot(lstm_weights, layers, axes=1)
+    mixes["norm-balanced fixed weights"] = np.tensordot(norm_balancing_weights(layer_norms), layers, axes=1)
     mixes["mean of L2-normalised layers"] = unit_rows(layers).mean(axis=0)
-    mixes["norm-balanced fixed weights"] = np.tensordot(balancing_weights, layers, axes=1)
+    if centre is not None:
+        centred = layers - centre[:, None, :]
+        mixes["centred average"] = centred.mean(axis=0)
+        mixes["centred top"] = centred[-1]
     mixes["concatenation of layers"] = np.concatenate(list(layers), axis=1)
     return mixes

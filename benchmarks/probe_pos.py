@@ -3,8 +3,9 @@
 A softmax regression (no hidden layer) is trained on the vectors of the first ``--train-sentences``
 training sentences and scored on the test set's UPOS tags, for: the default ``Token._.elmo`` (what
 ``nlp.add_pipe("elmo")`` stores: the ``"average"`` mix, i.e. the mean of the layers), layer 0 (char CNN
-only), each LSTM layer, and the other mixes of ``benchmarks/layer_mixes.py`` (the norm-balanced weights
-come from the training tokens); and the same for an untrained biLM of the same architecture (seeded
+only), each LSTM layer, and the other mixes of ``benchmarks/layer_mixes.py`` (the weights that scale the layers
+come from the training tokens; the centred mixes are left out, since the probe standardises every feature, which
+undoes a constant shift); and the same for an untrained biLM of the same architecture (seeded
 random weights), which shows what pretraining adds. The treebank's words go through the ``elmo``
 component as pre-tokenised Docs, one Doc per sentence.
 
@@ -21,21 +22,18 @@ import torch
 
 from bench_embed import UD, read_conllu_tagged
 from elmo_vectors import elmo_docs_from_words, elmo_pipeline, stacked_vectors
-from layer_mixes import layer_mixes, mean_layer_norms, norm_balancing_weights
+from layer_mixes import DEFAULT_VIEW, layer_mixes, mean_layer_norms
 from untrained_bilm import write_untrained
 from spacy_elmo.default_model import default_model_files
-
-DEFAULT_VIEW = "default Token._.elmo (mix 'average')"
-
 
 def token_views(nlp, train, test) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
     """Train and test vectors of every token, in order, by representation."""
     train_default, train_layers = stacked_vectors(elmo_docs_from_words(nlp, [w for w, _ in train]))
     test_default, test_layers = stacked_vectors(elmo_docs_from_words(nlp, [w for w, _ in test]))
-    weights = norm_balancing_weights(mean_layer_norms(train_layers))
-    test_mixes = layer_mixes(test_layers, weights)
+    norms = mean_layer_norms(train_layers)
+    test_mixes = layer_mixes(test_layers, norms)
     views = {DEFAULT_VIEW: (train_default, test_default)}
-    views.update((name, (x, test_mixes[name])) for name, x in layer_mixes(train_layers, weights).items())
+    views.update((name, (x, test_mixes[name])) for name, x in layer_mixes(train_layers, norms).items())
     return views
 
 

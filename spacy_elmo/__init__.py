@@ -5,7 +5,7 @@ from .errors import ElmoError, ElmoOptionsError, ElmoWeightsError, TokenTruncati
 from .model.bilm import BiLm
 from .model.encoder import ElmoEncoder
 from .options import ElmoOptions
-from .pipeline import Elmo
+from .pipeline import Elmo, install_vector_hooks, with_vector_hooks
 
 __all__ = [
     "__version__",
@@ -18,4 +18,6 @@ __all__ = [
     "ElmoOptionsError",
     "ElmoWeightsError",
     "TokenTruncationWarning",
+    "install_vector_hooks",
+    "with_vector_hooks",
 ]

@@ -9,7 +9,7 @@ import spacy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from layer_mixes import norm_balancing_weights
-from probe_wsd import Occurrence, score, sense_hits, target_rows
+from probe_wsd import DEFAULT_DATA, Occurrence, pair_auc, read_occurrences, score, sense_hits, sentence_means, target_rows
 
 # Two words, occurrences interleaved. Worked by hand (cosines to 3 places):
 # x: x1 -> x2 (0.981, same sense), x2 -> x1 (0.981), x3 -> x4 (0.600), x4 -> x2 (0.902, other sense).
@@ -52,3 +52,34 @@ def test_a_sentence_without_its_word_as_one_token_is_refused_with_the_tokens():
     assert target_rows(docs[:1], occurrences[:1]).tolist() == [1]
     with pytest.raises(ValueError, match="'bark' is 0 tokens of 'It barked twice.'"):
         target_rows(docs, occurrences)
+
+
+def test_pair_auc_counts_same_sense_pairs_above_other_sense_pairs():
+    # Unit vectors at 0, 10, 90 and 40 degrees, senses a a b b. Same-sense cosines: cos 10 = 0.985, cos 50 = 0.643;
+    # other-sense: cos 90 = 0, cos 40 = 0.766, cos 80 = 0.174, cos 30 = 0.866. 0.985 beats all 4, 0.643 beats 2: 6/8.
+    angles = np.radians([0.0, 10.0, 90.0, 40.0])
+    vectors = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    assert pair_auc(vectors, ["a", "a", "b", "b"]) == 0.75
+    assert pair_auc(np.ones((4, 2)), ["a", "a", "b", "b"]) == 0.5  # one vector for every use: all ties
+
+
+def test_sentence_means_average_each_sentence_rows():
+    rows = np.array([[1.0, 0.0], [3.0, 2.0], [5.0, 5.0], [0.0, 1.0], [2.0, 1.0], [4.0, 1.0]])
+    assert sentence_means(rows, [2, 1, 3]).tolist() == [[2.0, 1.0], [5.0, 5.0], [2.0, 1.0]]
+
+
+def test_json_probe_data_is_read_without_its_comment_keys(tmp_path):
+    path = tmp_path / "probe.json"
+    path.write_text('{"_about": "note", "Bat": {"animal": ["A bat flew ."], "sport": ["He swung the bat ."]}}')
+    assert read_occurrences(path) == [Occurrence("bat", "animal", "A bat flew ."), Occurrence("bat", "sport", "He swung the bat .")]
+
+
+@pytest.mark.parametrize("path", DEFAULT_DATA, ids=lambda p: p.name)
+def test_the_shipped_probe_sentences_hold_their_word_once_with_six_per_sense(path):
+    nlp = spacy.blank("en")
+    occurrences = read_occurrences(path)
+    target_rows([nlp(o.sentence) for o in occurrences], occurrences)  # raises for a sentence without its word once
+    counts = {}
+    for o in occurrences:
+        counts.setdefault(o.word, []).append(o.sense)
+    assert all(len(set(senses)) == 2 and all(senses.count(s) == 6 for s in set(senses)) for senses in counts.values())

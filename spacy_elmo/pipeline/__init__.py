@@ -1,7 +1,7 @@
 """spaCy integration: the ``elmo`` component, the listener architecture and the Doc attributes."""
 from .bilm_model import build_bilm_model_v2
 from .component import Elmo, make_elmo
-from .extensions import install_extensions
+from .extensions import install_extensions, install_vector_hooks, with_vector_hooks
 from .listener import ElmoListenerLayer, build_elmo_embedding_v2, build_elmo_listener
 
 __all__ = [
@@ -11,5 +11,7 @@ __all__ = [
     "build_elmo_embedding_v2",
     "build_elmo_listener",
     "install_extensions",
+    "install_vector_hooks",
     "make_elmo",
+    "with_vector_hooks",
 ]

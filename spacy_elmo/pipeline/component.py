@@ -18,7 +18,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..download import resolve_model
 from ..errors import ElmoWeightsError
-from ..layer_mix import MixSpec, check_mix_spec, fixed_mix_weights
+from ..layer_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
 from ..threads import DEFAULT_THREADS, check_threads, torch_threads
 from .bilm_model import (
     bilm_options,
@@ -58,11 +58,11 @@ class ElmoOutput(NamedTuple):
     default_config={
         "model": DEFAULT_MODEL,
         "frozen": True,
-        "mix": "average",
+        "mix": DEFAULT_MIX,
         "store_vectors": True,
         "store_layers": False,
         "set_tensor": False,
-        "vector_hooks": False,
+        "vector_hooks": True,
         "train_cache_mb": 1024,
         "threads": DEFAULT_THREADS,
     },
@@ -112,11 +112,12 @@ class Elmo(TrainablePipe):
     (``spacy_elmo.ElmoBiLm.v2``). ``frozen``: keep the biLM's weights fixed (no backward pass
     through it); False fine-tunes it through the listeners' gradients.
 
-    On Docs: ``mix`` (``"average"``, ``"top"`` or one weight per layer) gives ``Doc._.elmo``
+    On Docs: ``mix`` (``"top"``, ``"average"`` or one weight per layer) gives ``Doc._.elmo``
     when ``store_vectors``; ``store_layers`` keeps ``Doc._.elmo_layers``; ``set_tensor`` copies
     the vectors to ``doc.tensor`` (refused in a pipeline whose ``tok2vec`` has listeners, which
-    read ``doc.tensor``); ``vector_hooks`` makes ``.vector`` / ``.similarity`` use them. With all
-    four off nothing is stored: listeners get the layers through the component's
+    read ``doc.tensor``); ``vector_hooks`` makes ``.vector`` / ``.similarity`` use the stored
+    vectors (not in the workers of ``nlp.pipe(n_process > 1)``, whose Docs spaCy returns without
+    hooks: ``with_vector_hooks`` puts them back). With all four off nothing is stored: listeners get the layers through the component's
     :class:`LayerHandoff`, which releases each Doc's layers once every listener has read them.
     ``train_cache_mb``: memory for layers of training sentences (frozen, stateless biLM only; 0
     turns the cache off). ``threads``: torch CPU threads while predicting (default 1; null keeps
@@ -130,17 +131,15 @@ class Elmo(TrainablePipe):
         name: str = "elmo",
         *,
         frozen: bool = True,
-        mix: MixSpec = "average",
+        mix: MixSpec = DEFAULT_MIX,
         store_vectors: bool = True,
         store_layers: bool = False,
         set_tensor: bool = False,
-        vector_hooks: bool = False,
+        vector_hooks: bool = True,
         train_cache_mb: float = 1024,
         threads: Optional[int] = DEFAULT_THREADS,
     ):
         check_mix_spec(mix)
-        if vector_hooks and not store_vectors:
-            raise ValueError("vector_hooks reads Doc._.elmo, so it needs store_vectors = true")
         if train_cache_mb < 0:
             raise ValueError(f"train_cache_mb must be >= 0 (0 turns the layer cache off), found {train_cache_mb}")
         install_extensions()
@@ -255,8 +254,13 @@ class Elmo(TrainablePipe):
                     doc._.elmo = stored
                 if self.set_tensor:
                     doc.tensor = stored
-            if self.vector_hooks:
+            if self._installs_hooks():
                 install_vector_hooks(doc)
+
+    def _installs_hooks(self) -> bool:
+        """Hooks read the stored vectors; a worker of ``nlp.pipe(n_process > 1)`` sends its Docs back as bytes,
+        which drop hooks (spaCy warns W109 for each worker), so it does not install them."""
+        return self.vector_hooks and self.store_vectors and not _in_spacy_worker()
 
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (``stateful = true``)."""
@@ -431,13 +435,18 @@ class Elmo(TrainablePipe):
                 self._set_listener_dims(listener)
 
 
+def _in_spacy_worker() -> bool:
+    """Whether this process is a worker of ``nlp.pipe(n_process=...)``: spaCy starts its workers with
+    ``spacy.language._apply_pipes`` as their target, which tells them from other child processes."""
+    return getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes
+
+
 def _single_thread_in_worker_process() -> None:
     """In a worker of ``nlp.pipe(n_process=...)`` use one torch thread, so workers do not oversubscribe cores.
 
-    Other child processes (a user's own pool, a DDP rank) keep their thread setting. spaCy starts
-    its workers with ``spacy.language._apply_pipes`` as their target, which is how they are told apart.
+    Other child processes (a user's own pool, a DDP rank) keep their thread setting.
     """
-    if getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes and torch.get_num_threads() != 1:
+    if _in_spacy_worker() and torch.get_num_threads() != 1:
         torch.set_num_threads(1)
 
 

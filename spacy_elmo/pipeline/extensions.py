@@ -7,9 +7,15 @@
 Both Doc values are plain numpy arrays in ``doc.user_data``, which srsly's msgpack writes
 natively, so ``doc.to_bytes()`` and ``DocBin(store_user_data=True)`` keep them.
 
+The similarity hooks (``vector_hooks``, on by default) make spaCy's ``.vector`` and ``.similarity`` read
+``Doc._.elmo``. Hooks are functions, which spaCy drops whenever it rebuilds a Doc from bytes
+(``nlp.pipe(n_process > 1)``, ``DocBin.get_docs``, ``Doc.from_bytes``); :func:`with_vector_hooks` puts them
+back from the ``Doc._.elmo`` those keep. ``doc.tensor`` is no substitute: spaCy's own ``Token.similarity`` is
+1.0 for two uses of the same word whatever their vectors, and ``DocBin`` does not keep the tensor.
+
 The layers listening components read are not kept on the Doc (see ``handoff.py``).
 """
-from typing import Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
@@ -67,9 +73,15 @@ def cosine_similarity(obj: VectorOwner, other: VectorOwner) -> float:
     return float(a.dot(b) / norm) if norm > 0 else 0.0
 
 
-def install_vector_hooks(doc: Doc) -> None:
+def install_vector_hooks(doc: Doc) -> Doc:
     """Make ``.vector``, ``.has_vector``, ``.vector_norm`` and ``.similarity`` of the Doc, its Spans
-    and Tokens use ``Doc._.elmo`` (cosine similarity). Hooks are not serialized with the Doc."""
+    and Tokens use ``Doc._.elmo`` (cosine similarity); returns the Doc. Hooks are not serialized with the Doc."""
+    install_extensions()
+    if doc._.elmo is None:
+        raise ValueError(
+            "This Doc has no Doc._.elmo to take its vectors from: run it through a pipeline with the 'elmo' "
+            "component (store_vectors = true), and keep Doc._.elmo when saving Docs (DocBin(store_user_data=True))"
+        )
     doc.user_hooks.update(
         vector=doc_elmo_mean, has_vector=_has_vector, vector_norm=_vector_norm, similarity=cosine_similarity
     )
@@ -77,6 +89,14 @@ def install_vector_hooks(doc: Doc) -> None:
     doc.user_token_hooks.update(
         vector=token_elmo, has_vector=_has_vector, vector_norm=_vector_norm, similarity=cosine_similarity
     )
+    return doc
+
+
+def with_vector_hooks(docs: Iterable[Doc]) -> Iterator[Doc]:
+    """Each Doc with the similarity hooks put back, for Docs that spaCy rebuilt from bytes, which drops them:
+    ``with_vector_hooks(nlp.pipe(texts, n_process=2))``, ``with_vector_hooks(doc_bin.get_docs(nlp.vocab))``."""
+    for doc in docs:
+        yield install_vector_hooks(doc)
 
 
 def to_numpy_f32(array: Union[Floats2d, Floats3d]) -> np.ndarray:
