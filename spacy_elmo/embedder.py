@@ -5,6 +5,7 @@ the import. Unlike the reference it is deterministic by default: see ``initial_s
 ``stateful``.
 """
 import reprlib
+import sys
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -13,9 +14,9 @@ from spacy.tokens import Doc, Span, Token
 
 from .default_model import DEFAULT_LANG, model_files
 from .files import PathLike
-from .model.carried_state import CarriedState
 from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
 from .model.precision import DEFAULT_PRECISION
+from .model.segment_encoder import SegmentEncoder
 from .threads import DEFAULT_THREADS, check_threads, torch_threads
 from .weights import load_files
 
@@ -70,9 +71,12 @@ class ElmoEmbedder:
         self.encoder.set_precision(precision)
         if cache_words is not None:
             self.encoder.fill_cache(cache_words)
-        self.stateful = stateful
         self.max_batch_tokens = max_batch_tokens
-        self._carried = CarriedState()
+        self._batches = SegmentEncoder(self.encoder, stateful=stateful)
+
+    @property
+    def stateful(self) -> bool:
+        return self._batches.stateful
 
     @property
     def options(self):
@@ -80,7 +84,7 @@ class ElmoEmbedder:
 
     def reset_states(self) -> None:
         """Forget carried state (stateful mode): the next call starts from the initial state."""
-        self._carried.reset()
+        self._batches.carried.reset()
 
     def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
         """Layers of one sentence: float32 ``(n_layers + 1, len(sentence), 2 * projection_dim)``."""
@@ -91,12 +95,12 @@ class ElmoEmbedder:
         batch = _token_lists(batch)
         if not batch:
             return []
+        # Stateful: the whole call is one biLM batch, so that row r continues row r of the call before, as in AllenNLP.
+        cap = sys.maxsize if self.stateful else self.max_batch_tokens
         with torch.inference_mode(), torch_threads(self.threads):
-            if self.stateful:
-                layers = self._embed_stateful(batch)
-            else:
-                layers = self.encoder.embed_sentences(batch, self.max_batch_tokens)
-            return [x.float().cpu().numpy() for x in layers]
+            packed = self._batches(batch, cap).float().cpu().numpy()
+        ends = np.cumsum([len(s) for s in batch]).tolist()
+        return [np.ascontiguousarray(packed[:, start:end]) for start, end in zip([0] + ends[:-1], ends)]
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""
@@ -108,11 +112,6 @@ class ElmoEmbedder:
                 batch = []
         if batch:
             yield from self.embed_batch(batch)
-
-    def _embed_stateful(self, batch: List[List[str]]) -> List[torch.Tensor]:
-        layers, _, final = self.encoder(batch, self._carried.start(self.encoder, len(batch)))
-        self._carried.update(final)
-        return [layers[:, i, : len(s)] for i, s in enumerate(batch)]
 
 
 def _token_lists(batch: Iterable[Sentence]) -> List[List[str]]:

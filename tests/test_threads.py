@@ -42,8 +42,8 @@ def test_embedder_uses_its_threads_only_while_embedding(process_threads, allennl
     """No ``threads`` argument: the default, 1; ``None``: torch's own setting."""
     embedder = ElmoEmbedder(*allennlp_files, **settings)
     seen = []
-    embed = embedder.encoder.embed_sentences
-    monkeypatch.setattr(embedder.encoder, "embed_sentences", lambda *a: seen.append(torch.get_num_threads()) or embed(*a))
+    embed = embedder._batches.forward
+    monkeypatch.setattr(embedder._batches, "forward", lambda *a: seen.append(torch.get_num_threads()) or embed(*a))
     embedder.embed_sentence(["The", "cat", "sat"])
     assert seen == [during] and torch.get_num_threads() == OUTSIDE
 

@@ -5,7 +5,6 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .batching import length_batches
 from .bilm import PRECISION_PARTS, BiLm, BiLmState
 from ..errors import TokenTruncationWarning
 from .chars import TokenBatch, first_truncated, n_bytes
@@ -209,17 +208,3 @@ class ElmoEncoder(nn.Module):
         # The end-of-sentence row moves into the last real position of short rows; zero everything past the end.
         stacked = stacked * mask[None, :, :, None].to(stacked.dtype)
         return stacked, mask, final
-
-    def embed_sentences(self, sentences: Sequence[Sequence[str]], max_batch_tokens: int = 4096) -> List[torch.Tensor]:
-        """Layers of each sentence, ``(n_layers + 1, len, 2 * projection_dim)``, from the start state.
-
-        Sentences are sorted by length and cut into batches of at most ``max_batch_tokens`` padded
-        tokens, then returned in the order given.
-        """
-        results: List[Optional[torch.Tensor]] = [None] * len(sentences)
-        for batch in length_batches([len(s) for s in sentences], max_batch_tokens):
-            layers, _, _ = self.forward([sentences[i] for i in batch])
-            for row, i in enumerate(batch):
-                results[i] = layers[:, row, : len(sentences[i])]
-        return results  # type: ignore[return-value]
-
