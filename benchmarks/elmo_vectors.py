@@ -1,6 +1,6 @@
 """What the ``elmo`` component stores for a user, read back for the probes: the default ``Token._.elmo`` and the layers.
 
-Both come from one run of the component with its default settings (``mix = "average"``, ``initial_state = "auto"``)
+Both come from one run of the component with its default settings (its default ``mix``, ``initial_state = "auto"``)
 plus ``store_layers``, so the probes score exactly the vectors ``nlp.add_pipe("elmo")`` gives, and the other mixes
 of the very same layers.
 """

@@ -2,7 +2,9 @@
 
 The same word gets one vector per context. For a few words with two senses, each occurrence's
 nearest neighbour (by cosine) among the other occurrences should share its sense; the context-free
-token layer (layer 0) cannot do that, since it gives every occurrence the same vector.
+token layer (layer 0) cannot do that, since it gives every occurrence the same vector. For each word the
+demo scores the component's default ``Doc._.elmo`` (its ``mix``) and each layer, and lists the neighbours
+with the one that separates the senses best (the default when it is as good as any layer).
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -48,19 +50,29 @@ SENSES: Dict[str, Dict[str, List[str]]] = {
     },
 }
 
-LAYER_NAMES = ("layer 0 (characters only)", "layer 1 (first biLSTM)", "layer 2 (second biLSTM)", "mix (mean of layers)")
 
 
-def occurrences(nlp, word: str) -> Tuple[List[str], List[str], np.ndarray]:
-    """Every sentence with ``word``, its sense, and the word's layers there: ``(n, n_layers + 1, dim)``."""
-    sentences, senses, vectors = [], [], []
+def layer_name(k: int) -> str:
+    """How the demo names biLM layer ``k`` (0: the context-free token layer)."""
+    return "layer 0 (characters only)" if k == 0 else f"layer {k} (biLSTM {k})"
+
+
+def occurrences(nlp, word: str) -> Tuple[List[str], List[str], Dict[str, np.ndarray]]:
+    """Every sentence with ``word``, its sense, and the word's vectors there by name: the component's default
+    ``Token._.elmo``, then each layer; each ``(n, dim)``."""
+    sentences, senses, default, layers = [], [], [], []
     for sense, texts in SENSES[word].items():
         for doc in nlp.pipe(texts):
             token = next(t for t in doc if t.lower_ == word)
             sentences.append(doc.text)
             senses.append(sense)
-            vectors.append(doc._.elmo_layers[:, token.i])
-    return sentences, senses, np.stack(vectors)
+            default.append(token._.elmo)
+            layers.append(doc._.elmo_layers[:, token.i])
+    mix = nlp.get_pipe("elmo").mix
+    stacked = np.stack(layers, axis=1)
+    views = {f"default mix ({mix!r})": np.stack(default)}
+    views.update((layer_name(k), stacked[k]) for k in range(len(stacked)))
+    return sentences, senses, views
 
 
 def nearest_neighbours(vectors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -84,6 +96,11 @@ def sense_scores(vectors: np.ndarray, senses: Sequence[str]) -> Tuple[float, flo
     return float((labels[best] == labels).mean()), float(separation)
 
 
+def best_view(scores: Dict[str, Tuple[float, float]]) -> str:
+    """The representation with the highest 1-NN accuracy, then separation; the first (the default) on a tie."""
+    return max(scores, key=lambda name: scores[name])
+
+
 def run(options_file: Optional[str] = None, weight_file: Optional[str] = None) -> None:
     nlp = spacy.blank("en")
     model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": options_file, "weight_file": weight_file}
@@ -91,17 +108,16 @@ def run(options_file: Optional[str] = None, weight_file: Optional[str] = None) -
     model = "the embedded English model" if options_file is None else options_file
     print(f"ELMo demo with {model}: which occurrence of a word is most like each other one?\n")
     for word in SENSES:
-        sentences, senses, layers = occurrences(nlp, word)
-        mixed = layers.mean(axis=1)
-        best, cosine = nearest_neighbours(mixed)
-        print(f'"{word}": nearest neighbour of each occurrence (mix of all layers)')
+        sentences, senses, views = occurrences(nlp, word)
+        scores = {name: sense_scores(vectors, senses) for name, vectors in views.items()}
+        print(f'"{word}": 1-NN sense accuracy | mean cosine same sense minus other sense')
+        for name, (accuracy, separation) in scores.items():
+            same = "  (every occurrence has the same vector)" if np.allclose(views[name], views[name][0]) else ""
+            print(f"    {name:<27} {accuracy:6.0%} | {separation:+.3f}{same}")
+        chosen = best_view(scores)
+        best, cosine = nearest_neighbours(views[chosen])
+        print(f'\n  "{word}": nearest neighbour of each occurrence with {chosen}, the best above')
         for i, sentence in enumerate(sentences):
             mark = "ok  " if senses[best[i]] == senses[i] else "MISS"
             print(f"  [{mark}] {senses[i]:>7} {sentence[:60]:<60} -> {senses[best[i]]:<7} (cos {cosine[i]:.2f})")
-        print(f'\n  "{word}" by layer: 1-NN sense accuracy | mean cosine same sense minus other sense')
-        per_layer = [layers[:, k] for k in range(layers.shape[1])] + [mixed]
-        for name, vectors in zip(LAYER_NAMES, per_layer):
-            accuracy, separation = sense_scores(vectors, senses)
-            note = "  (every occurrence has the same vector)" if np.allclose(vectors, vectors[0]) else ""
-            print(f"    {name:<27} {accuracy:6.0%} | {separation:+.3f}{note}")
         print()

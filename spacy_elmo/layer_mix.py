@@ -10,7 +10,7 @@ from thinc.types import Floats1d
 
 MixSpec = Union[str, Sequence[float]]
 MIX_NAMES = ("average", "top")
-DEFAULT_MIX = "average"
+DEFAULT_MIX = "top"
 
 
 def check_mix_spec(spec: MixSpec) -> None:

@@ -1,6 +1,6 @@
 import numpy as np
 
-from spacy_elmo.demo import nearest_neighbours, run, sense_scores
+from spacy_elmo.demo import best_view, nearest_neighbours, run, sense_scores
 
 
 def test_nearest_neighbours_and_sense_scores_on_hand_made_vectors():
@@ -17,4 +17,12 @@ def test_demo_runs_and_reports_layer_zero_as_context_free(allennlp_files, capsys
     run(*map(str, allennlp_files))
     out = capsys.readouterr().out
     assert out.count("(every occurrence has the same vector)") == 2  # layer 0, for "bank" and for "play"
-    assert out.count("layer 2 (second biLSTM)") == 2
+    assert out.count("default mix ('top')") >= 2 and out.count("layer 2 (biLSTM 2)") >= 2
+    assert out.count("nearest neighbour of each occurrence with ") == 2
+
+
+def test_the_neighbours_use_the_best_representation_and_the_default_on_a_tie():
+    scores = {"default mix ('top')": (0.75, 0.01), "layer 1 (biLSTM 1)": (0.75, 0.01), "layer 2 (biLSTM 2)": (0.5, 0.3)}
+    assert best_view(scores) == "default mix ('top')"
+    scores["layer 1 (biLSTM 1)"] = (0.75, 0.02)  # same accuracy, larger separation
+    assert best_view(scores) == "layer 1 (biLSTM 1)"

@@ -28,12 +28,12 @@ def words(doc: Doc):
     return [t.text for t in doc]
 
 
-def test_outside_check_config_gives_the_mean_of_the_embedder_layers(embedder):
+def test_outside_check_config_gives_the_top_layer_of_the_embedder(embedder):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": OPTIONS, "weight_file": WEIGHTS, "initial_state": "zeros"}})
     doc = nlp("The cat sat on the mat .")
     assert isinstance(doc._.elmo, np.ndarray) and doc._.elmo.dtype == np.float32 and doc._.elmo.shape == (7, 32)
-    np.testing.assert_allclose(doc._.elmo, embedder.embed_sentence(words(doc)).mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(doc._.elmo, embedder.embed_sentence(words(doc))[-1], atol=1e-5)
     np.testing.assert_array_equal(doc[2]._.elmo, doc._.elmo[2])
     np.testing.assert_allclose(doc[1:4]._.elmo, doc._.elmo[1:4].mean(axis=0), rtol=1e-6)
 
@@ -47,7 +47,7 @@ def test_batches_of_mixed_lengths_give_each_doc_its_own_vectors(nlp, embedder):
         assert doc._.elmo.shape == (len(doc), 32)
         np.testing.assert_allclose(doc._.elmo, nlp(doc.text)._.elmo, atol=1e-6)  # padding changes float rounding only
         if len(doc):
-            np.testing.assert_allclose(doc._.elmo, embedder.embed_sentence(words(doc)).mean(axis=0), atol=1e-5)
+            np.testing.assert_allclose(doc._.elmo, embedder.embed_sentence(words(doc))[-1], atol=1e-5)
 
 
 def test_sentences_are_separate_biLM_inputs(embedder):
@@ -56,14 +56,14 @@ def test_sentences_are_separate_biLM_inputs(embedder):
     doc = nlp("The cat sat . It was happy about that . End")
     sentences = [words(s) for s in doc.sents]
     assert len(sentences) == 3
-    expected = np.concatenate([embedder.embed_sentence(s).mean(axis=0) for s in sentences])
+    expected = np.concatenate([embedder.embed_sentence(s)[-1] for s in sentences])
     np.testing.assert_allclose(doc._.elmo, expected, atol=1e-5)
 
 
 def test_docs_without_sentences_run_in_windows(embedder):
     doc = make_nlp(max_sentence_tokens=4)("one two three four five six seven eight nine ten")
     tokens = words(doc)
-    expected = np.concatenate([embedder.embed_sentence(tokens[i : i + 4]).mean(axis=0) for i in range(0, 10, 4)])
+    expected = np.concatenate([embedder.embed_sentence(tokens[i : i + 4])[-1] for i in range(0, 10, 4)])
     np.testing.assert_allclose(doc._.elmo, expected, atol=1e-5)
 
 
@@ -74,7 +74,7 @@ def test_a_100k_token_doc_runs_window_by_window(embedder):
     doc = nlp(Doc(nlp.vocab, words=tokens))
     assert doc._.elmo.shape == (100_000, 32)
     window = slice(54_300, 54_400)  # one of the windows, anywhere in the doc
-    np.testing.assert_allclose(doc._.elmo[window], embedder.embed_sentence(tokens[window]).mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(doc._.elmo[window], embedder.embed_sentence(tokens[window])[-1], atol=1e-5)
 
 
 def test_store_layers_and_token_span_attributes(embedder):
@@ -82,7 +82,7 @@ def test_store_layers_and_token_span_attributes(embedder):
     layers = embedder.embed_sentence(words(doc))
     assert doc._.elmo_layers.dtype == np.float32
     np.testing.assert_allclose(doc._.elmo_layers, layers, atol=1e-5)
-    np.testing.assert_allclose(doc[1:3]._.elmo, layers.mean(axis=0)[1:3].mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(doc[1:3]._.elmo, layers[-1][1:3].mean(axis=0), atol=1e-5)
     assert doc[0:0]._.elmo.shape == (32,) and not doc[0:0]._.elmo.any()
 
 
@@ -132,7 +132,7 @@ def test_initialize_takes_the_weights_from_initialize_settings(embedder):
     nlp.config["initialize"]["components"]["elmo"] = {"options_file": OPTIONS, "weight_file": WEIGHTS}
     nlp.initialize()
     doc = nlp("Loaded at initialize")
-    np.testing.assert_allclose(doc._.elmo, embedder.embed_sentence(words(doc)).mean(0), atol=1e-5)
+    np.testing.assert_allclose(doc._.elmo, embedder.embed_sentence(words(doc))[-1], atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -160,5 +160,5 @@ def test_no_weight_files_means_the_embedded_model():
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     doc = nlp("The default model")
-    expected = ElmoEmbedder().embed_sentence([t.text for t in doc]).mean(axis=0)
+    expected = ElmoEmbedder().embed_sentence([t.text for t in doc])[-1]
     np.testing.assert_allclose(doc._.elmo, expected, atol=1e-5)

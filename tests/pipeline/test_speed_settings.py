@@ -62,7 +62,7 @@ def test_a_config_override_changes_the_precision_of_a_saved_pipeline(tmp_path):
     make_nlp(precision="int8").to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"model": {"precision": "fp32"}}}})
     embedder = ElmoEmbedder(OPTIONS, WEIGHTS, initial_state="zeros")
-    np.testing.assert_allclose(vectors(loaded)[0], embedder.embed_sentence(TEXTS[0].split()).mean(0), atol=1e-5)
+    np.testing.assert_allclose(vectors(loaded)[0], embedder.embed_sentence(TEXTS[0].split())[-1], atol=1e-5)
     assert encoder_of(loaded).precision == "fp32"
 
 
