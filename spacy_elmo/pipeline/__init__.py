@@ -2,11 +2,11 @@
 from .bilm_model import build_bilm_model_v2
 from .component import Elmo, make_elmo
 from .extensions import install_extensions, install_vector_hooks, with_vector_hooks
-from .listener import ElmoListenerLayer, build_elmo_embedding_v2, build_elmo_listener
+from .listener import ListenerState, build_elmo_embedding_v2, build_elmo_listener
 
 __all__ = [
     "Elmo",
-    "ElmoListenerLayer",
+    "ListenerState",
     "build_bilm_model_v2",
     "build_elmo_embedding_v2",
     "build_elmo_listener",

@@ -1,8 +1,11 @@
 """``spacy_elmo.ElmoListener.v1``: the ``tok2vec`` of a downstream component, fed by the ``elmo`` component.
 
-The listener is ``elmo_scalar_mix(ElmoListenerLayer)``, optionally concatenated with the task's own
-token embedding. :class:`ElmoListenerLayer` is the node the ``elmo`` component finds and feeds
-(spaCy's listener protocol); the mix above it holds the task's own layer weights.
+The listener is ``elmo_scalar_mix(listener layer)``, optionally concatenated with the task's own
+token embedding. The listener layer (:func:`build_listener_layer`) is the node the ``elmo``
+component finds and feeds (spaCy's listener protocol); the mix above it holds the task's own layer
+weights. It is a plain thinc ``Model`` whose listening state is in its attrs (:data:`UPSTREAM`,
+:data:`STATE`), as spacy-curated-transformers keeps its listeners' state: ``Model.copy()`` rebuilds
+every node as a plain ``Model``, so state kept on a subclass would be lost on the copy.
 
 During training the ``elmo`` component's ``update`` hands every listener the batch's layers
 with a backprop callback (or :func:`frozen_backprop` when the biLM is frozen). At prediction,
@@ -10,15 +13,20 @@ and when the ``elmo`` component is frozen but annotating, each Doc's layers come
 component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, which lets them go once every
 listener has read them.
 
-``nlp.replace_listeners`` swaps the :class:`ElmoListenerLayer` for a copy of the component's
-biLM model; the config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings.
+A copy of a listening model (``model.copy()``, ``copy.deepcopy``, pickle) is a listener of the same
+upstream with nothing in flight and no links: the ``elmo`` component links it, as any listener, when
+spaCy links the pipeline (``nlp.add_pipe``, ``initialize``, ``spacy.load``...) or when its
+``find_listeners`` is given the component that now holds the copy.
+
+``nlp.replace_listeners`` swaps the listener layer for a copy of the component's biLM model; the
+config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings.
 """
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from spacy.errors import Errors
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, concatenate
+from thinc.api import Model, concatenate, deserialize_attr, serialize_attr
 from thinc.types import Floats2d, Floats3d
 
 from ..default_model import DEFAULT_LANG
@@ -27,77 +35,135 @@ from .handoff import LayerHandoff
 from .mix import build_scalar_mix
 
 TokVecModel = Model[List[Doc], List[Floats2d]]
+LISTENER_NAME = "elmo-listener"
+UPSTREAM = "elmo_upstream"  # attr: the name of the ``elmo`` component listened to, or "*" (saved with the model)
+STATE = "elmo_listener_state"  # attr: the node's :class:`ListenerState` (never saved; a copy starts afresh)
+NOT_LINKED = (
+    "This ELMo listener is not linked to an 'elmo' component, so it has no layers to read: a listening model "
+    "that was copied, or built outside a pipeline, is linked when spaCy links the pipeline (nlp.add_pipe, "
+    "nlp.initialize, spacy.load) or by nlp.get_pipe('elmo').find_listeners(component) for the component that "
+    "now holds it"
+)
 
 
-class ElmoListenerLayer(Model):
-    """Receives the biLM layers of a batch from an upstream ``elmo`` component.
+class ListenerState:
+    """What a listener node holds between calls: the training batch it received, and the handoffs it reads.
 
-    ``upstream_name`` is that component's name, or ``"*"`` for any ``elmo`` component.
-    Dims ``nL`` (layers) and ``nO`` (width) are set by the component when it links the listener.
+    Not state to keep: a copy (``Model.copy``, ``copy.deepcopy``, pickle) starts with no batch and no links,
+    and saving writes nothing for it.
     """
 
-    name = "elmo-listener"
+    def __init__(self) -> None:
+        self.batch_id: Optional[int] = None
+        self.outputs: Optional[List[Floats3d]] = None
+        self.backprop: Optional[Callable] = None
+        self.handoffs: List[LayerHandoff] = []
 
-    def __init__(self, upstream_name: str):
-        Model.__init__(self, name=self.name, forward=_listener_forward, dims={"nO": None, "nL": None})
-        self.upstream_name = upstream_name
-        self._batch_id: Optional[int] = None
-        self._outputs: Optional[List[Floats3d]] = None
-        self._backprop: Optional[Callable] = None
-        self._handoffs: List[LayerHandoff] = []
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "ListenerState":
+        return ListenerState()
+
+    def __reduce__(self) -> Tuple[type, Tuple]:
+        return ListenerState, ()
 
     def link(self, handoff: LayerHandoff) -> None:
         """Read prediction-time layers from ``handoff`` (that of an ``elmo`` component this listens to)."""
-        if all(h is not handoff for h in self._handoffs):
-            self._handoffs.append(handoff)
+        if all(h is not handoff for h in self.handoffs):
+            self.handoffs.append(handoff)
 
     def unlink(self, handoff: LayerHandoff) -> None:
-        self._handoffs = [h for h in self._handoffs if h is not handoff]
-
-    def release_layers(self, doc: Doc) -> None:
-        """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread."""
-        for handoff in self._handoffs:
-            handoff.release(doc, self)
-
-    def take_layers(self, doc: Doc) -> Optional[Floats3d]:
-        """This listener's read of the layers an ``elmo`` component left for ``doc`` (None if none)."""
-        for handoff in self._handoffs:
-            layers = handoff.take(doc, self)
-            if layers is not None:
-                return layers
-        return None
-
-    @classmethod
-    def get_batch_id(cls, docs: List[Doc]) -> int:
-        """A content hash of a batch, to check that the listener is asked about the batch it received."""
-        return sum(sum(token.orth for token in doc) for doc in docs)
+        self.handoffs = [h for h in self.handoffs if h is not handoff]
 
     def receive(self, batch_id: int, outputs: List[Floats3d], backprop: Callable) -> None:
-        self._batch_id, self._outputs, self._backprop = batch_id, outputs, backprop
+        """Hold a training batch's layers and backprop until the listener's forward pass takes them."""
+        self.batch_id, self.outputs, self.backprop = batch_id, outputs, backprop
+
+    def clear_batch(self) -> None:
+        """Let go of the training batch (its layers and the backprop that holds the biLM's graph)."""
+        self.batch_id = self.outputs = self.backprop = None
 
     def verify_inputs(self, docs: List[Doc]) -> None:
-        batch_id = self.get_batch_id(docs)
-        if batch_id != self._batch_id:
-            raise ValueError(Errors.E953.format(id1=batch_id, id2=self._batch_id))
+        found = batch_id(docs)
+        if found != self.batch_id:
+            raise ValueError(Errors.E953.format(id1=found, id2=self.batch_id))
 
 
-def _listener_forward(model: ElmoListenerLayer, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
-    if is_train and model._batch_id is not None:
-        model.verify_inputs(docs)
+@serialize_attr.register(ListenerState)
+def _serialize_state(_: ListenerState, value: ListenerState, name: str, model: Model) -> bytes:
+    return b""
+
+
+@deserialize_attr.register(ListenerState)
+def _deserialize_state(default: ListenerState, value: bytes, name: str, model: Model) -> ListenerState:
+    return default  # loading weights keeps the node's links
+
+
+def build_listener_layer(upstream_name: str) -> Model[List[Doc], List[Floats3d]]:
+    """The node that receives the biLM layers of an upstream ``elmo`` component (``"*"``: any of them).
+
+    Dims ``nL`` (layers) and ``nO`` (width) are set by the component when it links the listener.
+    """
+    return Model(
+        LISTENER_NAME,
+        _listener_forward,
+        dims={"nO": None, "nL": None},
+        attrs={UPSTREAM: upstream_name, STATE: ListenerState()},
+    )
+
+
+def is_listener(node: Model) -> bool:
+    """Whether ``node`` is an ELMo listener layer (also after ``Model.copy``, which makes every node a plain Model)."""
+    return isinstance(node.attrs.get(STATE), ListenerState)
+
+
+def listener_state(node: Model) -> ListenerState:
+    return node.attrs[STATE]
+
+
+def upstream_name(node: Model) -> str:
+    return node.attrs[UPSTREAM]
+
+
+def batch_id(docs: List[Doc]) -> int:
+    """A content hash of a batch, to check that the listener is asked about the batch it received."""
+    return sum(sum(token.orth for token in doc) for doc in docs)
+
+
+def release_layers(node: Model, doc: Doc) -> None:
+    """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread."""
+    for handoff in listener_state(node).handoffs:
+        handoff.release(doc, node)
+
+
+def take_layers(node: Model, doc: Doc) -> Optional[Floats3d]:
+    """This listener's read of the layers an ``elmo`` component left for ``doc`` (None if none)."""
+    for handoff in listener_state(node).handoffs:
+        layers = handoff.take(doc, node)
+        if layers is not None:
+            return layers
+    return None
+
+
+def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+    state = listener_state(model)
+    if is_train and state.batch_id is not None:
+        state.verify_inputs(docs)
         for doc in docs:  # an annotating upstream component also left them per Doc: this batch came by receive()
-            model.release_layers(doc)
-        outputs, upstream_backprop = model._outputs, model._backprop
+            release_layers(model, doc)
+        outputs, upstream_backprop = state.outputs, state.backprop
         if upstream_backprop is frozen_backprop:
+            state.clear_batch()  # nothing flows back to a frozen biLM: the batch is the mix's from here on
             return outputs, frozen_backprop
 
         def backprop(d_layers: List[Floats3d]) -> Any:
-            model._batch_id = model._outputs = model._backprop = None  # free the batch once used
+            state.clear_batch()  # free the batch once used
             return upstream_backprop(d_layers)
 
         return outputs, backprop
+    if not state.handoffs:
+        raise ValueError(NOT_LINKED)
     outputs = []
     for doc in docs:
-        layers = model.take_layers(doc)
+        layers = take_layers(model, doc)
         if layers is None:
             if is_train:  # the upstream component is frozen and not annotating, so nothing reached us
                 raise ValueError(Errors.E203.format(name="elmo"))
@@ -130,7 +196,7 @@ def build_elmo_listener(
     l2: L2 penalty on the mix's (pre-softmax) layer weights; > 0 pulls them towards the average.
     embed: an optional embedding of the task's own (e.g. ``spacy.MultiHashEmbed.v2``), concatenated.
     """
-    return _mix_head(ElmoListenerLayer(upstream), layer_norm, dropout, l2, embed)
+    return _mix_head(build_listener_layer(upstream), layer_norm, dropout, l2, embed)
 
 
 @registry.architectures("spacy_elmo.ElmoEmbedding.v2")
@@ -153,7 +219,7 @@ def build_elmo_embedding_v2(
     return _mix_head(bilm, layer_norm, dropout, l2, embed)
 
 
-def replace_listener(bilm_copy: Model, listener: ElmoListenerLayer, pipe: Any) -> Model:
+def replace_listener(bilm_copy: Model, listener: Model, pipe: Any) -> Model:
     """``Language.replace_listeners`` hook: the listener node becomes the copy of the component's biLM model."""
     return bilm_copy
 
