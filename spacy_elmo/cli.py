@@ -3,6 +3,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import typer
+# Private (spacy.cli._util): spaCy 3.8 has no public parser of its `--section.key value` overrides, and
+# pretrain takes them as spaCy's commands do. If it moves or changes, importing this module or parsing fails:
+# tests/test_spacy_private_apis.py pins what pretrain relies on.
 from spacy.cli._util import parse_config_overrides
 
 from .errors import ElmoError

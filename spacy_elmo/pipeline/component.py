@@ -35,7 +35,7 @@ from .bilm_model import (
 from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
-from .listener import ElmoListenerLayer, replace_listener, replace_listener_cfg
+from .listener import batch_id, is_listener, listener_state, replace_listener, replace_listener_cfg, upstream_name
 from .segments import doc_segments, segment_words
 
 DEFAULT_MODEL_CONFIG = """
@@ -146,7 +146,7 @@ class Elmo(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.listener_map: Dict[str, List[ElmoListenerLayer]] = {}
+        self.listener_map: Dict[str, List[Model]] = {}
         self.handoff = LayerHandoff()
         self.cfg: Dict[str, Any] = {}
         configure_bilm_model(model, frozen=frozen, lang=vocab.lang)
@@ -175,41 +175,50 @@ class Elmo(TrainablePipe):
     # --- spaCy's listener protocol (spacy.ty.ListenedToComponent) ---
 
     @property
-    def listeners(self) -> List[ElmoListenerLayer]:
+    def listeners(self) -> List[Model]:
         return [listener for name in self.listening_components for listener in self.listener_map[name]]
 
     @property
     def listening_components(self) -> List[str]:
         return list(self.listener_map)
 
-    def add_listener(self, listener: ElmoListenerLayer, component_name: str) -> None:
+    def add_listener(self, listener: Model, component_name: str) -> None:
         """Register a downstream listener and tell it the biLM's size if the weights are loaded."""
         listeners = self.listener_map.setdefault(component_name, [])
         if listener not in listeners:
             listeners.append(listener)
-        listener.link(self.handoff)
+        listener_state(listener).link(self.handoff)
         if is_loaded(self.model):
             self._set_listener_dims(listener)
 
-    def remove_listener(self, listener: ElmoListenerLayer, component_name: str) -> bool:
+    def remove_listener(self, listener: Model, component_name: str) -> bool:
         listeners = self.listener_map.get(component_name, [])
         if listener not in listeners:
             return False
         listeners.remove(listener)
-        listener.unlink(self.handoff)
+        listener_state(listener).unlink(self.handoff)
         if not listeners:
             del self.listener_map[component_name]
         return True
 
     def find_listeners(self, component: Any) -> None:
-        """Add the :class:`ElmoListenerLayer` nodes of ``component`` whose upstream is ``"*"`` or this name."""
-        model = getattr(component, "model", None)
-        if isinstance(model, Model):
-            for node in model.walk():
-                if isinstance(node, ElmoListenerLayer) and node.upstream_name in ("*", self.name):
-                    self.add_listener(node, component.name)
+        """Link the listener nodes of ``component`` whose upstream is ``"*"`` or this name, as its model has them now.
 
-    def _set_listener_dims(self, listener: ElmoListenerLayer) -> None:
+        Nodes it no longer holds (e.g. its model was replaced by a copy) are unlinked, so that no layers wait for them.
+        """
+        model = getattr(component, "model", None)
+        found = [
+            node
+            for node in (model.walk() if isinstance(model, Model) else [])
+            if is_listener(node) and upstream_name(node) in ("*", self.name)
+        ]
+        for old in list(self.listener_map.get(component.name, [])):
+            if all(old is not node for node in found):
+                self.remove_listener(old, component.name)
+        for node in found:
+            self.add_listener(node, component.name)
+
+    def _set_listener_dims(self, listener: Model) -> None:
         options = bilm_options(self.model)
         listener.set_dim("nO", options.output_dim, force=True)
         listener.set_dim("nL", options.n_output_layers, force=True)
@@ -243,6 +252,8 @@ class Elmo(TrainablePipe):
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
         """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the handoff to the listeners."""
         listeners = self.listeners
+        for listener in listeners:  # a pickled or deep-copied pipeline's listeners come without links
+            listener_state(listener).link(self.handoff)
         for doc, (layers, vectors) in zip(docs, outputs):
             if layers is not None and listeners:
                 self.handoff.put(doc, layers, listeners)
@@ -297,10 +308,10 @@ class Elmo(TrainablePipe):
             layers, backprop = self._cached_layers(docs), frozen_backprop
         else:
             layers, backprop = self.model.begin_update(docs)
-        batch_id = ElmoListenerLayer.get_batch_id(docs)
+        batch = batch_id(docs)
         if backprop is frozen_backprop:
             for listener in self.listeners:
-                listener.receive(batch_id, layers, frozen_backprop)
+                listener_state(listener).receive(batch, layers, frozen_backprop)
             return losses
         d_layers = [self.model.ops.alloc(x.shape, dtype=x.dtype) for x in layers]
 
@@ -318,8 +329,8 @@ class Elmo(TrainablePipe):
             return []
 
         for listener in self.listeners[:-1]:
-            listener.receive(batch_id, layers, accumulate)
-        self.listeners[-1].receive(batch_id, layers, backprop_all)
+            listener_state(listener).receive(batch, layers, accumulate)
+        listener_state(self.listeners[-1]).receive(batch, layers, backprop_all)
         return losses
 
     def _uses_layer_cache(self) -> bool:
@@ -392,8 +403,10 @@ class Elmo(TrainablePipe):
             load_bilm_weights(self.model)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by :meth:`_load_model`."""
-        self._validate_serialization_attrs()
+        """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by :meth:`_load_model`.
+
+        (spaCy's version first checks that a subclass set ``vocab`` and ``model``; ``__init__`` always sets both.)
+        """
         deserializers = {
             "cfg": lambda b: self.cfg.update(srsly.json_loads(b)),
             "vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude),
@@ -437,7 +450,14 @@ class Elmo(TrainablePipe):
 
 def _in_spacy_worker() -> bool:
     """Whether this process is a worker of ``nlp.pipe(n_process=...)``: spaCy starts its workers with
-    ``spacy.language._apply_pipes`` as their target, which tells them from other child processes."""
+    ``spacy.language._apply_pipes`` as their target, which tells them from other child processes.
+
+    Private on both sides (spaCy's ``_apply_pipes``, ``multiprocessing.Process._target``): spaCy 3.8 tells a
+    component nothing about the process it runs in, and a worker looks like any child process otherwise. If
+    either changes, this is False in workers: they run torch with the parent's thread count (oversubscribed,
+    slower; the vectors are the same) and install similarity hooks that spaCy cannot send back (W109).
+    tests/robustness/test_processes.py fails then: it checks one torch thread in each worker.
+    """
     return getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes
 
 
