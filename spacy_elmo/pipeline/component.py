@@ -206,17 +206,19 @@ class Elmo(TrainablePipe):
 
         Nodes it no longer holds (e.g. its model was replaced by a copy) are unlinked, so that no layers wait for them.
         """
-        model = getattr(component, "model", None)
+        model, name = getattr(component, "model", None), getattr(component, "name", None)
+        if name is None:  # a function component: no model, no listeners
+            return
         found = [
             node
             for node in (model.walk() if isinstance(model, Model) else [])
             if is_listener(node) and upstream_name(node) in ("*", self.name)
         ]
-        for old in list(self.listener_map.get(component.name, [])):
+        for old in list(self.listener_map.get(name, [])):
             if all(old is not node for node in found):
-                self.remove_listener(old, component.name)
+                self.remove_listener(old, name)
         for node in found:
-            self.add_listener(node, component.name)
+            self.add_listener(node, name)
 
     def _set_listener_dims(self, listener: Model) -> None:
         options = bilm_options(self.model)
