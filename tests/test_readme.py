@@ -1,14 +1,40 @@
-"""The README's first spaCy example runs, and the shapes its comments state are the shapes it gives."""
-import re
-from pathlib import Path
+"""The README's and docs/'s code runs as written, their configs name real settings, and the API tables list the code's.
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+Every ```python block of README.md and docs/*.md runs, page by page in order (one namespace per page, as a reader
+runs them), in a folder holding what the examples name: an ``options.json`` + ``weights.hdf5`` pair (the AllenNLP
+fixture), ``corpus.txt`` and its ``corpus.hdf5`` (written by the ``embed`` command). The blocks use public names
+only, so these tests do too.
+"""
+import inspect
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+from spacy.language import Language
+from spacy.util import registry
+from thinc.api import Config
+
+from spacy_elmo import ElmoEmbedder
+
+from tests.conftest import ALLENNLP
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 SHAPE_COMMENT = re.compile(r"^(?P<expr>\S.*\.shape)\s+# \((?P<shape>[\d, ]+)\)")
+CORPUS_LINES = 20  # the HDF5 example reads line 17
+
+
+def _blocks(page: Path, kind: str) -> List[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
 
 
 def _quick_start() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    return next(block for block in blocks if "doc._.elmo.shape" in block)
+    return next(block for block in _blocks(README, "python") if "doc._.elmo.shape" in block)
 
 
 def test_quick_start_shape_comments_are_true():
@@ -23,3 +49,105 @@ def test_quick_start_shape_comments_are_true():
         else:
             exec(line.split("#")[0].rstrip() or "pass", namespace)
     assert checked == ["doc._.elmo.shape", 'zh("宝玉在园中读书。")._.elmo.shape']
+
+
+@pytest.fixture(scope="module")
+def example_folder(tmp_path_factory) -> Path:
+    """A folder with the files the examples name, the HDF5 corpus written by the public ``embed`` command."""
+    folder = tmp_path_factory.mktemp("examples")
+    shutil.copy(ALLENNLP / "options.json", folder / "options.json")
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
+    lines = [f"Line {k} of the corpus , with a few words ." for k in range(CORPUS_LINES)]
+    (folder / "corpus.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "spacy_elmo", "embed", "corpus.txt", "corpus.hdf5", "--quiet",
+               "--options", "options.json", "--weights", "weights.hdf5"]
+    subprocess.run(command, cwd=folder, check=True, capture_output=True)
+    return folder
+
+
+@pytest.mark.parametrize("page", [page for page in PAGES if _blocks(page, "python")], ids=lambda page: page.name)
+def test_python_blocks_run(page: Path, example_folder: Path, monkeypatch):
+    monkeypatch.chdir(example_folder)
+    namespace: dict = {"__name__": "__docs__"}
+    for number, block in enumerate(_blocks(page, "python")):
+        exec(compile(block, f"{page.name}, python block {number}", "exec"), namespace)
+
+
+def test_every_page_runs_or_has_no_python():
+    """A page whose python blocks are not found (a misspelt fence) would pass the test above unseen."""
+    for page in PAGES:
+        fences = re.findall(r"^```(\S*)$", page.read_text(encoding="utf-8"), re.M)
+        openings = fences[0::2]
+        assert set(openings) <= {"bash", "python", "ini"}, (page.name, openings)
+
+
+def _parse_fragment(block: str) -> Config:
+    """A config excerpt as a Config: the parent sections it leaves out (``[components]``) declared empty."""
+    names = re.findall(r"^\[([^\]]+)\]", block, re.M)
+    parents = {".".join(name.split(".")[:depth]) for name in names for depth in range(1, name.count(".") + 1)}
+    headers = "".join(f"[{parent}]\n" for parent in sorted(parents - set(names), key=len))
+    return Config().from_str(headers + block, interpolate=False)
+
+
+def _architecture_sections(config: Config, path: str = ""):
+    for key, value in config.items():
+        if isinstance(value, dict):
+            if "@architectures" in value:
+                yield f"{path}{key}", value
+            yield from _architecture_sections(value, f"{path}{key}.")
+
+
+@pytest.mark.parametrize("page", [page for page in PAGES if _blocks(page, "ini")], ids=lambda page: page.name)
+def test_config_blocks_use_registered_settings(page: Path):
+    """Each architecture block of a config shown in the docs is registered and sets only what its function takes."""
+    sections = 0
+    for block in _blocks(page, "ini"):
+        config = _parse_fragment(block)
+        for name, section in _architecture_sections(config):
+            function = registry.architectures.get(section["@architectures"])
+            parameters = set(inspect.signature(function).parameters)
+            assert set(section) - {"@architectures"} <= parameters, (name, set(section) - parameters)
+            sections += 1
+        for name, component in config.get("components", {}).items():
+            if component.get("factory") == "elmo":
+                known = set(Language.get_factory_meta("elmo").default_config) | {"factory"}
+                assert set(component) <= known, (name, set(component) - known)
+    assert sections > 0
+
+
+def _api_tables() -> Dict[str, Set[str]]:
+    """The first-column names of each table of docs/api.md, by the section heading above it."""
+    tables: Dict[str, Set[str]] = {}
+    heading = ""
+    for line in (ROOT / "docs" / "api.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            heading = line[3:].replace("`", "").strip()
+        match = re.match(r"^\| `(\w+)` \|", line)
+        if match:
+            tables.setdefault(heading, set()).add(match[1])
+    return tables
+
+
+def _settings(heading: str) -> Set[str]:
+    """What the code takes for the thing a docs/api.md section is about."""
+    if heading == "The elmo factory":
+        return set(Language.get_factory_meta("elmo").default_config)
+    if heading == "ElmoEmbedder":
+        return set(inspect.signature(ElmoEmbedder.__init__).parameters) - {"self"}
+    return set(inspect.signature(registry.architectures.get(heading)).parameters)
+
+
+@pytest.mark.parametrize(
+    "heading",
+    ["spacy_elmo.ElmoBiLm.v2", "spacy_elmo.ElmoListener.v1", "spacy_elmo.ElmoEmbedding.v2", "The elmo factory",
+     "ElmoEmbedder"],
+)
+def test_api_tables_list_every_setting(heading: str):
+    assert _api_tables()[heading] == _settings(heading)
+
+
+def test_relative_links_point_to_files():
+    for page in [*PAGES, ROOT / "CONTRIBUTING.md", ROOT / "BENCHMARKS.md"]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if not target.startswith(("http://", "https://")):
+                assert (page.parent / target).exists(), (page.name, target)

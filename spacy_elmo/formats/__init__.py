@@ -1,0 +1,1 @@
+"""File formats: the AllenNLP/bilm-tf weights hdf5 and ELMoForManyLangs models, read and written."""

@@ -1,0 +1,1 @@
+"""Small helpers without ELMo knowledge: atomic files, signals, torch threads, text reading and tokenizing."""
