@@ -146,8 +146,23 @@ def test_api_tables_list_every_setting(heading: str):
     assert _api_tables()[heading] == _settings(heading)
 
 
+def _anchors(page: Path) -> Set[str]:
+    """GitHub's anchors for the headings of a page (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    headings = (line.lstrip("#").strip().lower() for line in text.splitlines() if line.startswith("#"))
+    return {re.sub(r"[^\w\- ]", "", heading).replace(" ", "-") for heading in headings}
+
+
 def test_relative_links_point_to_files():
     for page in [*PAGES, ROOT / "CONTRIBUTING.md", ROOT / "BENCHMARKS.md"]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
             if not target.startswith(("http://", "https://")):
                 assert (page.parent / target).exists(), (page.name, target)
+
+
+def test_links_into_the_readme_and_docs_name_their_headings():
+    for page in [*PAGES, ROOT / "CONTRIBUTING.md", ROOT / "BENCHMARKS.md", ROOT / "MODEL_CARD.md"]:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            linked = (page.parent / target).resolve() if target else page
+            if linked in PAGES:
+                assert anchor in _anchors(linked), (page.name, target, anchor)
