@@ -40,7 +40,7 @@ setup(
         "spacy_architectures": [
             "spacy_elmo.ElmoListener.v1 = spacy_elmo.pipeline.listener:build_elmo_listener",
             "spacy_elmo.ElmoEmbedding.v2 = spacy_elmo.pipeline.listener:build_elmo_embedding_v2",
-            "spacy_elmo.ElmoBiLm.v2 = spacy_elmo.pipeline.bilm_model:build_bilm_model_v2",
+            "spacy_elmo.ElmoBiLm.v2 = spacy_elmo.pipeline.architectures:build_bilm_model_v2",
         ],
     },
 )

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.model.bilm import BiLm
-from spacy_elmo.options import ElmoOptions, preset
-from spacy_elmo.weights import save_files
+from spacy_elmo.model.options import ElmoOptions, preset
+from spacy_elmo.formats.weights import save_files
 
 UD = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_english_ewt"
 

@@ -113,8 +113,8 @@ def random_model(name: str, directory: Path) -> List[str]:
     import torch
 
     from spacy_elmo.model.bilm import BiLm
-    from spacy_elmo.options import preset
-    from spacy_elmo.weights import save_files
+    from spacy_elmo.model.options import preset
+    from spacy_elmo.formats.weights import save_files
 
     torch.manual_seed(0)
     paths = [directory / "options.json", directory / "weights.hdf5"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from untrained_bilm import write_untrained
-from spacy_elmo.default_model import default_model_files
+from spacy_elmo.sources.resolve import default_model_files
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("baseline", "trained", "adapted", "untrained")

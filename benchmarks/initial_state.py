@@ -30,8 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from spacy_elmo.model.batch_encoder import BatchEncoder
+
 from spacy_elmo.model.encoder import ElmoEncoder  # noqa: E402
-from spacy_elmo.weights import load_files  # noqa: E402
+from spacy_elmo.formats.weights import load_files  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 HELDOUT = SHARED / "lm_gutenberg_en" / "heldout.txt.gz"
@@ -98,7 +100,7 @@ def measure(
     bilm = load_files(options_file, weights_file)
     starts = {name: ElmoEncoder(bilm, initial_state=name).eval() for name in ("zeros", "warm")}
     with torch.inference_mode():
-        fixed = {name: enc.embed_sentences(targets) for name, enc in starts.items()}
+        fixed = {name: BatchEncoder(enc).per_sentence(targets, 4096) for name, enc in starts.items()}
         steady = [
             steady_state(starts["zeros"], targets, [rng.sample(others, n_targets) for _ in range(history)])
             for _ in range(n_histories)

@@ -11,7 +11,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from spacy_elmo.layer_mix import DEFAULT_MIX
+from spacy_elmo.model.fixed_mix import DEFAULT_MIX
 
 EPS = 1e-12
 DEFAULT_VIEW = f"default Token._.elmo (mix {DEFAULT_MIX!r})"

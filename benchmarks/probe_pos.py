@@ -24,7 +24,7 @@ from bench_embed import UD, read_conllu_tagged
 from elmo_vectors import elmo_docs_from_words, elmo_pipeline, stacked_vectors
 from layer_mixes import DEFAULT_VIEW, layer_mixes, mean_layer_norms
 from untrained_bilm import write_untrained
-from spacy_elmo.default_model import default_model_files
+from spacy_elmo.sources.resolve import default_model_files
 
 def token_views(nlp, train, test) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
     """Train and test vectors of every token, in order, by representation."""

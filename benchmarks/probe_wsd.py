@@ -38,8 +38,8 @@ import torch
 from elmo_vectors import elmo_docs, elmo_pipeline, stacked_vectors
 from layer_mixes import DEFAULT_VIEW, layer_mixes, mean_layer_norms, unit_rows
 from untrained_bilm import write_untrained
-from spacy_elmo.default_model import default_model_files
-from spacy_elmo.demo import nearest_neighbours, sense_scores
+from spacy_elmo.sources.resolve import default_model_files
+from spacy_elmo.commands.demo import nearest_neighbours, sense_scores
 
 DATA = Path(__file__).resolve().parent / "data"
 DEFAULT_DATA = [DATA / "wsd_sentences.tsv", DATA / "wsd_second_probe.json"]

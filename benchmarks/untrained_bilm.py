@@ -14,10 +14,10 @@ from typing import Optional, Tuple
 
 import torch
 
-from spacy_elmo.default_model import default_model_files
+from spacy_elmo.sources.resolve import default_model_files
 from spacy_elmo.model.bilm import BiLm
-from spacy_elmo.options import ElmoOptions
-from spacy_elmo.weights import save_files
+from spacy_elmo.model.options import ElmoOptions
+from spacy_elmo.formats.weights import save_files
 
 
 def write_untrained(options_file: Path, out_dir: Path, seed: int = 0) -> Tuple[Path, Path]:

@@ -75,7 +75,7 @@ def load_mixes(specs: List[str]) -> list:
     """The learned mixes of each ``RUN=PIPELINE_DIR``, their components named ``RUN/component``."""
     import spacy
 
-    from spacy_elmo.plots import LearnedMix, learned_mixes
+    from spacy_elmo.commands.plots import LearnedMix, learned_mixes
 
     mixes = []
     for spec in specs:
@@ -152,7 +152,7 @@ def main(
         else:
             typer.echo("ℹ matplotlib is not installed: no plot (pip install matplotlib, or spacy-elmo[plot])")
     if mix_plot is not None and mixes:
-        from spacy_elmo.plots import PlotError, plot_mixes
+        from spacy_elmo.commands.plots import PlotError, plot_mixes
 
         try:
             plot_mixes(mixes, mix_plot)

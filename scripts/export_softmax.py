@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from spacy_elmo.files import atomic_write
+from spacy_elmo.util.files import atomic_write
 from spacy_elmo.pretrain.trainer import CHECKPOINT, SOFTMAX
 
 

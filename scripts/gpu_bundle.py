@@ -29,7 +29,7 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x8
 
 def pack(source: Path, target: Path, max_bytes: int, max_lines: Optional[int] = None) -> int:
     """Tokenize the first lines of ``source`` into gzipped ``target`` until ``max_bytes`` (compressed) or ``max_lines``."""
-    from spacy_elmo.text import make_tokenizer, open_text
+    from spacy_elmo.util.text import make_tokenizer, open_text
 
     tokenize = make_tokenizer("en")
     lines = 0

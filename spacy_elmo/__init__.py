@@ -4,7 +4,7 @@ from .embedder import ElmoEmbedder
 from .errors import ElmoError, ElmoOptionsError, ElmoWeightsError, TokenTruncationWarning
 from .model.bilm import BiLm
 from .model.encoder import ElmoEncoder
-from .options import ElmoOptions
+from .model.options import ElmoOptions
 from .pipeline import Elmo, install_vector_hooks, with_vector_hooks
 
 __all__ = [

@@ -12,13 +12,13 @@ import numpy as np
 import torch
 from spacy.tokens import Doc, Span, Token
 
-from .default_model import DEFAULT_LANG, model_files
-from .files import PathLike
+from .sources.resolve import DEFAULT_LANG, model_files
+from .util.files import PathLike
 from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
 from .model.precision import DEFAULT_PRECISION
-from .model.segment_encoder import SegmentEncoder
-from .threads import DEFAULT_THREADS, check_threads, torch_threads
-from .weights import load_files
+from .model.batch_encoder import BatchEncoder
+from .util.threads import DEFAULT_THREADS, check_threads, torch_threads
+from .formats.weights import load_files
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
 Sentence = Union[Sequence[str], Sequence[Token], Doc, Span]
@@ -72,7 +72,7 @@ class ElmoEmbedder:
         if cache_words is not None:
             self.encoder.fill_cache(cache_words)
         self.max_batch_tokens = max_batch_tokens
-        self._batches = SegmentEncoder(self.encoder, stateful=stateful)
+        self._batches = BatchEncoder(self.encoder, stateful=stateful)
 
     @property
     def stateful(self) -> bool:
@@ -98,9 +98,8 @@ class ElmoEmbedder:
         # Stateful: the whole call is one biLM batch, so that row r continues row r of the call before, as in AllenNLP.
         cap = sys.maxsize if self.stateful else self.max_batch_tokens
         with torch.inference_mode(), torch_threads(self.threads):
-            packed = self._batches(batch, cap).float().cpu().numpy()
-        ends = np.cumsum([len(s) for s in batch]).tolist()
-        return [np.ascontiguousarray(packed[:, start:end]) for start, end in zip([0] + ends[:-1], ends)]
+            layers = self._batches.per_sentence(batch, cap)
+            return [x.float().cpu().numpy().copy() for x in layers]
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""

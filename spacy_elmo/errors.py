@@ -19,3 +19,51 @@ class TokenTruncationWarning(UserWarning):
     Shown once per model. Silence it with
     ``warnings.simplefilter("ignore", spacy_elmo.TokenTruncationWarning)``.
     """
+
+
+class EmbedError(ElmoError, ValueError):
+    """Bad input, settings or output file for bulk embedding; the message says what to change."""
+
+
+class PlotError(ElmoError, ValueError):
+    """Nothing to plot, a bad log, or no matplotlib; the message says what to do."""
+
+
+class ManyLangsError(ElmoError):
+    """An ELMoForManyLangs folder is incomplete or not of a kind this converter reads."""
+
+
+class LayersAlreadyReadError(ElmoError, ValueError):
+    """A listener asked again for layers it read already, which are gone: they are handed over once."""
+
+
+class PretrainConfigError(ElmoError, ValueError):
+    """A pretraining config has an unknown key, a missing value or a value of the wrong kind."""
+
+
+class StreamStateError(ElmoError, ValueError):
+    """A checkpoint's data position does not belong to this stream."""
+
+
+class CorpusError(ElmoError, ValueError):
+    """The training text cannot feed a run: no text, or fewer lines than processes."""
+
+
+class ResumeError(ElmoError, ValueError):
+    """A run would resume from a checkpoint made with other settings."""
+
+
+class InitializeError(ElmoError, ValueError):
+    """The biLM a run should start from is missing or has another architecture."""
+
+
+class UnknownModelError(ElmoError):
+    """A model name that is not in the catalogue."""
+
+
+class NotDownloadedError(ElmoError):
+    """A model name was used before ``python -m spacy_elmo download NAME``."""
+
+
+class DownloadError(ElmoError):
+    """A model could not be fetched or verified; the message says what to do."""

@@ -14,7 +14,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.cli import app
+from spacy_elmo.commands.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 LINES = [
@@ -168,9 +168,9 @@ def test_shards_cover_every_line_once_with_the_unsharded_vectors(allennlp_files,
 
 def interrupt_on_batch(monkeypatch, batch: int) -> None:
     """Make the ``batch``-th call of ``embed_windows`` (1-based) raise KeyboardInterrupt, as Ctrl-C there would."""
-    import spacy_elmo.bulk
+    import spacy_elmo.commands.embed
 
-    real, calls = spacy_elmo.bulk.embed_windows, []
+    real, calls = spacy_elmo.commands.embed.embed_windows, []
 
     def interrupted(*args, **kwargs):
         calls.append(1)
@@ -178,7 +178,7 @@ def interrupt_on_batch(monkeypatch, batch: int) -> None:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(spacy_elmo.bulk, "embed_windows", interrupted)
+    monkeypatch.setattr(spacy_elmo.commands.embed, "embed_windows", interrupted)
 
 
 def test_interrupted_run_resumes_to_the_uninterrupted_file(allennlp_files, corpus, spacy_tokens, tmp_path, monkeypatch):
@@ -213,7 +213,7 @@ def test_a_killed_process_resumes_to_the_uninterrupted_file(allennlp_files, corp
         """
         import os, signal, sys
         import h5py, torch
-        from spacy_elmo.cli import app
+        from spacy_elmo.commands.cli import app
         torch.set_num_threads(1)  # as in this test process: same sums in the same order
         create, count = h5py.Group.create_dataset, [0]
         def create_then_die(self, *args, **kwargs):
@@ -289,12 +289,12 @@ def test_interrupted_starts_its_own_line_after_the_progress_bar(allennlp_files, 
 
 
 def test_interrupted_before_the_output_exists_says_nothing_was_written(allennlp_files, corpus, tmp_path, monkeypatch):
-    import spacy_elmo.bulk
+    import spacy_elmo.commands.embed
 
     def interrupted_while_loading(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(spacy_elmo.bulk, "ElmoEmbedder", interrupted_while_loading)
+    monkeypatch.setattr(spacy_elmo.commands.embed, "ElmoEmbedder", interrupted_while_loading)
     stopped = embed(allennlp_files, str(corpus), str(tmp_path / "out.hdf5"))
     assert stopped.exit_code == 130 and "Interrupted: nothing was written." in stopped.output
     assert not (tmp_path / "out.hdf5").exists()

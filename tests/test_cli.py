@@ -7,8 +7,8 @@ import pytest
 from confection import Config
 from typer.testing import CliRunner
 
-from spacy_elmo.cli import _held_out, app
-from spacy_elmo.options import preset
+from spacy_elmo.commands.cli import _held_out, app
+from spacy_elmo.model.options import preset
 
 
 def _cli(*args, cwd=None):

@@ -5,9 +5,9 @@ import numpy as np
 import torch
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.default_model import default_model_files
+from spacy_elmo.sources.resolve import default_model_files
 from spacy_elmo.model.encoder import TRAINING_START_KEY
-from spacy_elmo.options import ElmoOptions, preset
+from spacy_elmo.model.options import ElmoOptions, preset
 
 
 def test_embedded_model_is_the_tiny_architecture_trained_from_zeros_and_small():

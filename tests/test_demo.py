@@ -1,6 +1,6 @@
 import numpy as np
 
-from spacy_elmo.demo import best_view, nearest_neighbours, run, sense_scores
+from spacy_elmo.commands.demo import best_view, nearest_neighbours, run, sense_scores
 
 
 def test_nearest_neighbours_and_sense_scores_on_hand_made_vectors():

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.catalog import CATALOG, ModelEntry
-from spacy_elmo.cli import app
-from spacy_elmo.download import (
+from spacy_elmo.sources.catalog import CATALOG, ModelEntry
+from spacy_elmo.commands.cli import app
+from spacy_elmo.sources.download import (
     DownloadError,
     NotDownloadedError,
     download,
@@ -23,9 +23,9 @@ from spacy_elmo.download import (
     resolve_model,
     sha256_of,
 )
-from spacy_elmo.manylangs import convert
+from spacy_elmo.formats.manylangs import convert
 
-from .conftest import ALLENNLP
+from tests.conftest import ALLENNLP
 
 MANYLANGS = Path(__file__).parent / "data" / "manylangs_tiny"
 
@@ -87,7 +87,7 @@ def test_download_then_load_by_name_gives_the_files_vectors(server, tmp_path, mo
     options, weights = download("tiny-allennlp", cache=tmp_path, progress=False, timeout=2, catalog=catalog)
     assert sha256_of(weights) == sha256_of(ALLENNLP / "lm_weights.hdf5")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    monkeypatch.setattr("spacy_elmo.download.get_entry", lambda name, catalog_=None: catalog["tiny-allennlp"])
+    monkeypatch.setattr("spacy_elmo.sources.download.get_entry", lambda name, catalog_=None: catalog["tiny-allennlp"])
     by_name = ElmoEmbedder("tiny-allennlp").embed_sentence(["The", "cat", "."])
     by_files = ElmoEmbedder(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5").embed_sentence(["The", "cat", "."])
     np.testing.assert_array_equal(by_name, by_files)
@@ -165,7 +165,7 @@ def test_manylangs_archive_is_converted_on_download(server, tmp_path):
 
 def test_cli_download_and_missing_model_messages(server, tmp_path, monkeypatch):
     catalog = _allennlp_entry(server, "small")
-    monkeypatch.setattr("spacy_elmo.catalog.CATALOG", catalog)
+    monkeypatch.setattr("spacy_elmo.sources.catalog.CATALOG", catalog)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     runner = CliRunner()
     missing = runner.invoke(app, ["embed", "in.txt", "out.h5", "--model", "small"])
@@ -183,7 +183,7 @@ def test_pipeline_component_takes_a_model_name(server, tmp_path, monkeypatch):
     import spacy
 
     catalog = _allennlp_entry(server, "small")
-    monkeypatch.setattr("spacy_elmo.catalog.CATALOG", catalog)
+    monkeypatch.setattr("spacy_elmo.sources.catalog.CATALOG", catalog)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     nlp = spacy.blank("en")
     with pytest.raises(NotDownloadedError, match="download small"):
@@ -295,7 +295,7 @@ def test_a_cut_download_keeps_only_what_resumes_it(server, tmp_path):
 
 
 def test_cli_download_from_files_fetched_by_hand(tmp_path, monkeypatch):
-    monkeypatch.setattr("spacy_elmo.catalog.CATALOG", _offline_entry())
+    monkeypatch.setattr("spacy_elmo.sources.catalog.CATALOG", _offline_entry())
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     folder = _two_files(tmp_path / "fetched")
     runner = CliRunner()

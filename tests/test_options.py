@@ -5,7 +5,7 @@ import pytest
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.errors import ElmoOptionsError
-from spacy_elmo.options import ElmoOptions, preset
+from spacy_elmo.model.options import ElmoOptions, preset
 from tests.conftest import ALLENNLP
 
 

@@ -10,13 +10,13 @@ import spacy
 from spacy.training import Example
 from typer.testing import CliRunner
 
-from spacy_elmo.cli import app
-from spacy_elmo.plots import PlotError, learned_mixes, plot_mixes, pretrain_curves
+from spacy_elmo.commands.cli import app
+from spacy_elmo.commands.plots import PlotError, learned_mixes, plot_mixes, pretrain_curves
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.trainer import Trainer
 
-from .pipeline.conftest import elmo_config
-from .pretrain.conftest import tiny_config
+from tests.pipeline.conftest import elmo_config
+from tests.pretrain.conftest import tiny_config
 
 LISTENER = {"@architectures": "spacy_elmo.ElmoListener.v1", "upstream": "*"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

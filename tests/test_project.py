@@ -20,9 +20,9 @@ from spacy.lang.en import English
 from spacy.tokens import DocBin
 from thinc.api import Config
 
-from spacy_elmo.default_model import DEFAULT_MODEL_DIR
+from spacy_elmo.sources.resolve import DEFAULT_MODEL_DIR
 
-from .conftest import ALLENNLP, shared_data
+from tests.conftest import ALLENNLP, shared_data
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("ner", "tagger", "textcat")

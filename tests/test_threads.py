@@ -10,10 +10,10 @@ import torch
 
 import spacy_elmo.pipeline.component as component_module
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.threads import torch_threads
+from spacy_elmo.util.threads import torch_threads
 
-from .conftest import ALLENNLP
-from .pipeline.conftest import elmo_config
+from tests.conftest import ALLENNLP
+from tests.pipeline.conftest import elmo_config
 
 OUTSIDE = 3  # the process's own setting in these tests: neither the default 1 nor a value the tests ask for
 

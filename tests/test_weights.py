@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from spacy_elmo.errors import ElmoWeightsError
-from spacy_elmo.options import ElmoOptions
-from spacy_elmo.weights import load_bilm, load_files, read_weights, save_files, weights_to_bytes, bilm_from_bytes
+from spacy_elmo.model.options import ElmoOptions
+from spacy_elmo.formats.weights import load_bilm, load_files, read_weights, save_files, weights_to_bytes, bilm_from_bytes
 
 
 def _datasets(path):

@@ -1,23 +1,25 @@
 """``python -m spacy_elmo``: commands in spaCy's CLI style (config file + dotted overrides)."""
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import typer
+
 # Private (spacy.cli._util): spaCy 3.8 has no public parser of its `--section.key value` overrides, and
 # pretrain takes them as spaCy's commands do. If it moves or changes, importing this module or parsing fails:
 # tests/test_spacy_private_apis.py pins what pretrain relies on.
 from spacy.cli._util import parse_config_overrides
 
-from .errors import ElmoError
-from .interrupts import sigterm_as_interrupt
-from .options import PRESET_NAMES
+from ..errors import ElmoError
+from ..util.interrupts import sigterm_as_interrupt
+from ..model.options import PRESET_NAMES
 
 app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs, embed a corpus, plot what was learned.", no_args_is_help=True)
 
 
 def _show_version(value: bool) -> None:
     if value:
-        from .about import __version__
+        from ..about import __version__
 
         typer.echo(f"spacy-elmo {__version__}")
         raise typer.Exit()
@@ -28,6 +30,17 @@ def main(
     version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, help="Print the version and exit"),
 ) -> None:
     pass
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A spacy-elmo error in the block becomes its one-line message and exit status 1: no traceback for a
+    user's mistake."""
+    try:
+        yield
+    except ElmoError as err:
+        typer.echo(f"✘ {err}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("demo")
@@ -56,15 +69,12 @@ def download(
 
     With --from, files fetched by hand elsewhere are verified (and converted) in the same way, without network.
     """
-    from .download import download as fetch_model
+    from ..sources.download import download as fetch_model
 
-    try:
+    with user_errors():
         options, weights = fetch_model(
             name, timeout=timeout, progress=not quiet, force=force, log=typer.echo, local=local or ()
         )
-    except ElmoError as err:
-        typer.echo(f"✘ {err}", err=True)
-        raise typer.Exit(1)
     typer.echo(f"✔ {name}: {options} and {weights}")
 
 
@@ -74,10 +84,10 @@ def list_models(
     only_downloaded: bool = typer.Option(False, "--downloaded", help="Only the published models already downloaded"),
 ) -> None:
     """List the cache folder, the embedded models, and the published models download knows (* marks those downloaded)."""
-    from .catalog import CATALOG
-    from .default_model import DATA_DIR, EMBEDDED_MODELS
-    from .download import cache_dir, downloaded
-    from .model.precision import suggested_precision
+    from ..sources.catalog import CATALOG
+    from ..sources.resolve import DATA_DIR, EMBEDDED_MODELS
+    from ..sources.download import cache_dir, downloaded
+    from ..model.precision import suggested_precision
 
     def wanted(name: str, language: str) -> bool:
         return match is None or match.lower() in name.lower() or match.lower() == language.lower()
@@ -114,7 +124,7 @@ def init_config(
     preset: str = typer.Option("tiny", "--preset", "-p", help=f"Architecture: one of {', '.join(PRESET_NAMES)}"),
 ) -> None:
     """Write a complete pretraining config for a preset architecture."""
-    from .pretrain.config import default_config
+    from ..pretrain.config import default_config
 
     try:
         config = default_config(preset)
@@ -140,21 +150,16 @@ def pretrain(
 
     Under ``torchrun --nproc_per_node N`` the same command trains with DistributedDataParallel.
     """
-    from .pretrain.config import load_config
-    from .pretrain.trainer import Trainer
+    from ..pretrain.config import load_config
+    from ..pretrain.trainer import Trainer
 
     overrides = parse_config_overrides(ctx.args, env_var=None)  # spaCy's SPACY_CONFIG_OVERRIDES are for its training configs
-    try:
+    with user_errors():
         config, raw = load_config(config_path, overrides)
-    except ElmoError as err:
-        typer.echo(f"✘ {err}", err=True)
-        raise typer.Exit(1)
     try:
-        with Trainer(config, raw, output_dir) as trainer:  # under torchrun, leaving it ends the process group
-            result = trainer.run(progress=not quiet)
-    except ElmoError as err:
-        typer.echo(f"✘ {err}", err=True)
-        raise typer.Exit(1)
+        with user_errors():
+            with Trainer(config, raw, output_dir) as trainer:  # under torchrun, leaving it ends the process group
+                result = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
         typer.echo(f"Interrupted: checkpoint saved in {output_dir}; run the same command to resume.", err=True)
         raise typer.Exit(130)
@@ -194,36 +199,34 @@ def embed(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
     """Embed every line of a corpus into an HDF5 file (dataset "<k>" and "tokens/<k>" for line k). Rerun to resume."""
-    from .bulk import EmbedSettings, Shard, embed_file, shard_output
-    from .download import resolve_model
-    from .embedder import DEFAULT_INITIAL_STATE
+    from .embed import EmbedSettings, Shard, embed_file, shard_output
+    from ..sources.download import resolve_model
+    from ..embedder import DEFAULT_INITIAL_STATE
 
     try:
-        if model is not None:
-            if options_file is not None or weight_file is not None:
-                raise typer.BadParameter("Give --model or --options/--weights, not both")
-            options_file, weight_file = map(str, resolve_model(model))
-        chosen = Shard.parse(shard)
-        output = shard_output(output_file, chosen, auto=shard == "auto")
-        settings = EmbedSettings(
-            layers=layers,
-            mix_weights=_parse_weights(mix_weights),
-            gamma=gamma,
-            jsonl=jsonl,
-            lang=lang,
-            whitespace=whitespace,
-            max_tokens=max_tokens,
-            initial_state=initial_state or DEFAULT_INITIAL_STATE,
-            options_file=options_file,
-            weight_file=weight_file,
-            precision=precision,
-            shard=chosen,
-        )
-        with sigterm_as_interrupt():  # close the file cleanly on SIGTERM as on Ctrl-C
-            result = embed_file(input_file, output, settings, batch_size=batch_size, device=device, progress=not quiet)
-    except ElmoError as err:
-        typer.echo(f"✘ {err}", err=True)
-        raise typer.Exit(1)
+        with user_errors():
+            if model is not None:
+                if options_file is not None or weight_file is not None:
+                    raise typer.BadParameter("Give --model or --options/--weights, not both")
+                options_file, weight_file = map(str, resolve_model(model))
+            chosen = Shard.parse(shard)
+            output = shard_output(output_file, chosen, auto=shard == "auto")
+            settings = EmbedSettings(
+                layers=layers,
+                mix_weights=_parse_weights(mix_weights),
+                gamma=gamma,
+                jsonl=jsonl,
+                lang=lang,
+                whitespace=whitespace,
+                max_tokens=max_tokens,
+                initial_state=initial_state or DEFAULT_INITIAL_STATE,
+                options_file=options_file,
+                weight_file=weight_file,
+                precision=precision,
+                shard=chosen,
+            )
+            with sigterm_as_interrupt():  # close the file cleanly on SIGTERM as on Ctrl-C
+                result = embed_file(input_file, output, settings, batch_size=batch_size, device=device, progress=not quiet)
     except KeyboardInterrupt:
         kept = f"finished batches are kept in {output}; run the same command to continue" if output.exists() else "nothing was written"
         typer.echo(f"Interrupted: {kept}.", err=True)
@@ -257,15 +260,12 @@ def plot_mix(
 
     from .plots import learned_mixes, plot_mixes
 
-    try:
+    with user_errors():
         mixes = learned_mixes(spacy.load(pipeline_dir))
         for mix in mixes:
             weights = ",".join(f"{w:.4f}" for w in mix.weights)
             typer.echo(f"{mix.component}: layer weights {weights}  gamma {mix.gamma:.4f}")
         plot_mixes(mixes, output)
-    except ElmoError as err:
-        typer.echo(f"✘ {err}", err=True)
-        raise typer.Exit(1)
     typer.echo(f"Wrote {output}")
 
 
@@ -278,9 +278,6 @@ def plot_pretrain(
     from .plots import plot_pretrain as draw
     from .plots import pretrain_curves
 
-    try:
+    with user_errors():
         draw(pretrain_curves(run), output)
-    except ElmoError as err:
-        typer.echo(f"✘ {err}", err=True)
-        raise typer.Exit(1)
     typer.echo(f"Wrote {output}")

@@ -26,22 +26,18 @@ import numpy as np
 from spacy.util import minibatch
 from tqdm import tqdm
 
-from .default_model import check_model_files, model_files
-from .embedder import ElmoEmbedder
-from .errors import ElmoError
-from .files import PathLike
-from .layer_mix import fixed_mix_weights
-from .model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
-from .model.precision import DEFAULT_PRECISION, PRECISIONS
-from .text import Tokenizer, make_tokenizer, open_text, split_long
+from ..sources.resolve import check_model_files, model_files
+from ..embedder import ElmoEmbedder
+from ..errors import EmbedError
+from ..util.files import PathLike
+from ..model.fixed_mix import fixed_mix_weights
+from ..model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
+from ..model.precision import DEFAULT_PRECISION, PRECISIONS
+from ..util.text import Tokenizer, make_tokenizer, open_text, split_long
 
 LAYER_MODES = ("all", "top", "average", "mix")
 FORMAT = "spacy-elmo-embeddings/1"
 SHARD_PLACEHOLDER = "{shard}"
-
-
-class EmbedError(ElmoError, ValueError):
-    """Bad input, settings or output file for bulk embedding; the message says what to change."""
 
 
 @dataclass(frozen=True)

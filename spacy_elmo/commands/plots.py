@@ -12,15 +12,12 @@ import numpy as np
 from spacy.language import Language
 from thinc.api import Model
 
-from .errors import ElmoError
-from .files import PathLike
-MIX_NODE = "elmo_scalar_mix"  # name of the thinc layer built by spacy_elmo.pipeline.mix.build_scalar_mix
+from ..errors import PlotError
+from ..util.files import PathLike
+
+MIX_NODE = "elmo_scalar_mix"  # name of the thinc layer built by spacy_elmo.pipeline.scalar_mix.build_scalar_mix
 TRAIN_KEYS = ("tokens_seen", "loss", "train_ppl")
 EVAL_KEYS = ("tokens_seen", "forward_ppl", "backward_ppl", "average_ppl")
-
-
-class PlotError(ElmoError, ValueError):
-    """Nothing to plot, a bad log, or no matplotlib; the message says what to do."""
 
 
 @dataclass(frozen=True)

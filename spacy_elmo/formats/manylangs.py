@@ -34,10 +34,10 @@ from typing import Any, Dict, List, Optional, Union
 
 import torch
 
-from .errors import ElmoError
-from .files import atomic_write
-from .model.bilm import BiLm
-from .options import ElmoOptions
+from ..errors import ManyLangsError
+from ..util.files import atomic_write
+from ..model.bilm import BiLm
+from ..model.options import ElmoOptions
 from .weights import save_files
 
 PathLike = Union[str, Path]
@@ -58,10 +58,6 @@ PUBLISHED_ARCHITECTURE: Dict[str, Any] = {
     "dropout": 0.1,
 }
 FILES = ("config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl")
-
-
-class ManyLangsError(ElmoError):
-    """An ELMoForManyLangs folder is incomplete or not of a kind this converter reads."""
 
 
 def read_lexicon(path: Path) -> List[Optional[str]]:

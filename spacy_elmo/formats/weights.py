@@ -30,12 +30,12 @@ import h5py
 import numpy as np
 import torch
 
-from .errors import ElmoWeightsError
-from .files import PathLike, atomic_write
-from .model.bilm import BiLm
-from .model.token_ids import TokenIds
-from .options import ElmoOptions
-from .threads import DEFAULT_THREADS, torch_threads
+from ..errors import ElmoWeightsError
+from ..util.files import PathLike, atomic_write
+from ..model.bilm import BiLm
+from ..model.token_ids import TokenIds
+from ..model.options import ElmoOptions
+from ..util.threads import DEFAULT_THREADS, torch_threads
 
 Source = Union[PathLike, BinaryIO]
 

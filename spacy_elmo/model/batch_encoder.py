@@ -1,17 +1,17 @@
 """Many token sequences through an :class:`ElmoEncoder` in capped batches, their layers packed on one token axis."""
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..options import ElmoOptions
+from .options import ElmoOptions
 from .batching import length_batches
 from .carried_state import CarriedState
 from .encoder import ElmoEncoder
 
 
-class SegmentEncoder(nn.Module):
+class BatchEncoder(nn.Module):
     """Runs an :class:`ElmoEncoder` over many segments and packs the results along one token axis.
 
     Batches are formed by :func:`length_batches` (sorted by length, ``max_batch_tokens`` padded
@@ -53,3 +53,9 @@ class SegmentEncoder(nn.Module):
             for row, i in enumerate(batch):
                 out[..., offsets[i] : offsets[i + 1], :] = layers[..., row, : lengths[i], :]
         return out
+
+    def per_sentence(self, segments: Sequence[Sequence[str]], max_batch_tokens: int) -> List[torch.Tensor]:
+        """Each segment's layers, ``(n_layers + 1, len(segment), dim)``, in the order given (views of one tensor)."""
+        packed = self.forward(segments, max_batch_tokens)
+        ends = np.cumsum([len(s) for s in segments]).tolist()
+        return [packed[:, start:end] for start, end in zip([0] + ends[:-1], ends)]

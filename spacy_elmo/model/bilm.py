@@ -5,7 +5,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ..options import ElmoOptions
+from .options import ElmoOptions
 from .char_cnn import CharCNN
 from .highway import Highway
 from .lstm import LstmWithProjection, Packing, run_packed

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .errors import ElmoOptionsError
-from .files import PathLike
+from ..errors import ElmoOptionsError
+from ..util.files import PathLike
 
 ACTIVATIONS = ("relu", "tanh")
 

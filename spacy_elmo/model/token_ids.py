@@ -13,7 +13,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..options import ElmoOptions
+from .options import ElmoOptions
 from .chars import BOS_TOKEN, EOS_TOKEN, PAD_CHAR, tokens_to_ids
 
 

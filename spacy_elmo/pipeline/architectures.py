@@ -26,14 +26,14 @@ from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats2d, Floats3d, FloatsXd
 
-from ..default_model import DEFAULT_LANG, check_model_files, model_files
+from ..sources.resolve import DEFAULT_LANG, check_model_files, model_files
 from ..model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder, check_initial_state
 from ..model.precision import DEFAULT_PRECISION, PRECISIONS
-from ..model.segment_encoder import SegmentEncoder
-from ..options import ElmoOptions
-from ..weights import load_files
+from ..model.batch_encoder import BatchEncoder
+from ..model.options import ElmoOptions
+from ..formats.weights import load_files
 from .elmo_shim import ElmoShim
-from .segments import doc_segments, segment_words
+from .doc_windows import doc_segments, segment_words
 
 ARCHITECTURE = "spacy_elmo.ElmoBiLm.v2"
 # The settings an ``ElmoBiLm.v2`` block takes.
@@ -139,7 +139,7 @@ def bilm_config(settings: Dict[str, Any]) -> Dict[str, Any]:
 def load_bilm_weights(model: Model) -> None:
     """(Re)load the biLM from the model's ``options_file``/``weight_file`` (both None: the embedded model)."""
     bilm = load_files(*model_files(model.attrs["options_file"], model.attrs["weight_file"], model.attrs["lang"]))
-    model.shims[0].set_module(SegmentEncoder(ElmoEncoder(bilm)))
+    model.shims[0].set_module(BatchEncoder(ElmoEncoder(bilm)))
     _apply_settings(model)
 
 
@@ -154,7 +154,7 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[Any] = None) -
         load_bilm_weights(model)
 
 
-def _apply_settings(model: Model) -> SegmentEncoder:
+def _apply_settings(model: Model) -> BatchEncoder:
     """The loaded module, brought in line with the model's attrs and dims."""
     module = model.shims[0].module
     if module is None:
@@ -205,7 +205,7 @@ def frozen_backprop(d_layers: Any) -> List[Doc]:
 def encode_segments(
     model: Model, words: Sequence[Sequence[str]], *, is_train: bool, mix: Optional[FloatsXd] = None
 ) -> Tuple[FloatsXd, Callable[[FloatsXd], None]]:
-    """The packed layers of ``words`` (see :meth:`SegmentEncoder.forward`) as an xp array, and their backprop.
+    """The packed layers of ``words`` (see :meth:`BatchEncoder.forward`) as an xp array, and their backprop.
 
     The biLM gets gradients only with ``is_train`` on a model that is not ``frozen``; otherwise
     it runs without autograd and the backprop is :func:`frozen_backprop`.

@@ -16,11 +16,11 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
-from ..download import resolve_model
+from ..sources.download import resolve_model
 from ..errors import ElmoWeightsError
-from ..layer_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
-from ..threads import DEFAULT_THREADS, check_threads, torch_threads
-from .bilm_model import (
+from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
+from ..util.threads import DEFAULT_THREADS, check_threads, torch_threads
+from .architectures import (
     bilm_options,
     bilm_settings,
     configure_bilm_model,
@@ -36,7 +36,7 @@ from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
 from .listener import batch_id, is_listener, listener_state, replace_listener, replace_listener_cfg, upstream_name
-from .segments import doc_segments, segment_words
+from .doc_windows import doc_segments, segment_words
 
 DEFAULT_MODEL_CONFIG = """
 [model]

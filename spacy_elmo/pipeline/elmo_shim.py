@@ -9,28 +9,28 @@ from thinc.api import PyTorchShim, get_torch_default_device
 
 from ..errors import ElmoWeightsError
 from ..model.encoder import ElmoEncoder
-from ..model.segment_encoder import SegmentEncoder
-from ..options import ElmoOptions
-from ..weights import bilm_from_bytes, storage_dtype, weights_to_bytes
+from ..model.batch_encoder import BatchEncoder
+from ..model.options import ElmoOptions
+from ..formats.weights import bilm_from_bytes, storage_dtype, weights_to_bytes
 
 
 class ElmoShim(PyTorchShim):
-    """Holds the :class:`SegmentEncoder` (or nothing before the weights are loaded).
+    """Holds the :class:`BatchEncoder` (or nothing before the weights are loaded).
 
     Serialized as msgpack ``{"options": options.json text, "weights": hdf5 bytes, "sha256": of both}``; no pickle.
-    The weights keep the dtype of the file they came from (:func:`~spacy_elmo.weights.storage_dtype`): the
+    The weights keep the dtype of the file they came from (:func:`~spacy_elmo.formats.weights.storage_dtype`): the
     embedded float16 models save at half the float32 size, and a fine-tuned biLM saves as float32.
     Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU.
     """
 
-    def __init__(self, module: Optional[SegmentEncoder] = None):
+    def __init__(self, module: Optional[BatchEncoder] = None):
         super().__init__(module)
 
     @property
-    def module(self) -> Optional[SegmentEncoder]:
+    def module(self) -> Optional[BatchEncoder]:
         return self._model
 
-    def set_module(self, module: SegmentEncoder) -> None:
+    def set_module(self, module: BatchEncoder) -> None:
         self._model = module.to(get_torch_default_device())
 
     @property
@@ -73,7 +73,7 @@ class ElmoShim(PyTorchShim):
             if not (isinstance(text, str) and isinstance(weights, bytes) and record.get("sha256") == _sha256(text, weights)):
                 raise ElmoWeightsError("its options and hdf5 weights fail their SHA-256 check")
             options = ElmoOptions.from_dict(json.loads(text), source="serialized ELMo options")
-            self.set_module(SegmentEncoder(ElmoEncoder(bilm_from_bytes(options, weights))))
+            self.set_module(BatchEncoder(ElmoEncoder(bilm_from_bytes(options, weights))))
         return self
 
 

@@ -10,14 +10,10 @@ listeners ran takes its entry with it.
 import weakref
 from typing import Any, Dict, Hashable, Iterable, Optional, Set, Tuple
 
-from ..errors import ElmoError
+from ..errors import LayersAlreadyReadError
 
 from spacy.tokens import Doc
 from thinc.types import Floats3d
-
-
-class LayersAlreadyReadError(ElmoError, ValueError):
-    """A listener asked again for layers it read already, which are gone: they are handed over once."""
 
 
 class LayerHandoff:

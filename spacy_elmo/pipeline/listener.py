@@ -29,10 +29,10 @@ from spacy.util import registry
 from thinc.api import Model, concatenate, deserialize_attr, serialize_attr
 from thinc.types import Floats2d, Floats3d
 
-from ..default_model import DEFAULT_LANG
-from .bilm_model import bilm_config, configure_bilm_model, frozen_backprop
+from ..sources.resolve import DEFAULT_LANG
+from .architectures import bilm_config, configure_bilm_model, frozen_backprop
 from .handoff import LayerHandoff
-from .mix import build_scalar_mix
+from .scalar_mix import build_scalar_mix
 
 TokVecModel = Model[List[Doc], List[Floats2d]]
 LISTENER_NAME = "elmo-listener"

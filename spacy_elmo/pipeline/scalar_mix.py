@@ -11,7 +11,7 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d
 
-from .bilm_model import frozen_backprop
+from .architectures import frozen_backprop
 
 LAYER_NORM_EPS = 1e-12
 
@@ -22,7 +22,7 @@ def build_scalar_mix(
     """A trainable mix of the layers ``source`` gives for each Doc; ``nO`` and ``nL`` come from ``source``.
 
     The mix skips the gradient of its input when ``source`` backpropagates with
-    :func:`~spacy_elmo.pipeline.bilm_model.frozen_backprop` (a frozen biLM).
+    :func:`~spacy_elmo.pipeline.architectures.frozen_backprop` (a frozen biLM).
     """
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), found {dropout}")

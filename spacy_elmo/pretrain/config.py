@@ -18,13 +18,9 @@ from pydantic import (
     model_validator,
 )
 
-from ..errors import ElmoError
+from ..errors import PretrainConfigError
 from ..model.encoder import TRAINING_START_KEY
-from ..options import ElmoOptions, PRESET_NAMES, preset
-
-
-class PretrainConfigError(ElmoError, ValueError):
-    """A pretraining config has an unknown key, a missing value or a value of the wrong kind."""
+from ..model.options import ElmoOptions, PRESET_NAMES, preset
 
 
 class _Section(BaseModel):

@@ -14,16 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import ElmoError
-from ..text import Tokenizer, open_text, split_long
-
-
-class CorpusError(ElmoError, ValueError):
-    """The training text cannot feed a run: no text, or fewer lines than processes."""
-
-
-class StreamStateError(ElmoError, ValueError):
-    """A checkpoint's data position does not belong to this stream."""
+from ..errors import CorpusError, StreamStateError
+from ..util.text import Tokenizer, open_text, split_long
 
 
 def resolve_files(spec: str) -> List[Path]:

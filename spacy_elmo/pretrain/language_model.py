@@ -14,7 +14,7 @@ from torch import nn
 
 from ..model.bilm import BiLm
 from ..model.chars import TokenBatch, tokens_to_ids
-from ..options import ElmoOptions
+from ..model.options import ElmoOptions
 from .vocab import Vocab
 
 

@@ -23,13 +23,13 @@ import torch.distributed as dist
 from confection import Config
 from tqdm import tqdm
 
-from ..errors import ElmoError
-from ..files import atomic_write
-from ..interrupts import stop_on_signal
+from ..errors import ElmoError, InitializeError, ResumeError
+from ..util.files import atomic_write
+from ..util.interrupts import stop_on_signal
 from ..model.batching import length_batches
-from ..options import ElmoOptions
-from ..text import make_tokenizer
-from ..weights import load_files, save_files
+from ..model.options import ElmoOptions
+from ..util.text import make_tokenizer
+from ..formats.weights import load_files, save_files
 from .config import PretrainConfig
 from .data import SentenceStream, read_sentences, resolve_files
 from .language_model import BiLanguageModel
@@ -82,10 +82,6 @@ def _build_vocab(config: PretrainConfig, output_dir: Path, tokenize, rank: int) 
             Vocab.build(sentences, config.vocab.size).to_file(path)
     _barrier()
     return Vocab.from_file(path)
-
-
-class InitializeError(ElmoError, ValueError):
-    """The biLM a run should start from is missing or has another architecture."""
 
 
 class InitialWeights(NamedTuple):
@@ -173,10 +169,6 @@ RESUMABLE_CHANGES = frozenset(
         "paths.train", "paths.dev", "corpus.train", "corpus.dev",
     }
 )
-
-
-class ResumeError(ElmoError, ValueError):
-    """A run would resume from a checkpoint made with other settings."""
 
 
 def _flatten(section: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:

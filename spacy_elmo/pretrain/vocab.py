@@ -3,9 +3,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from ..files import atomic_write
+from ..util.files import atomic_write
 from ..model.chars import BOS_TOKEN, EOS_TOKEN
-from ..text import Tokenizer, open_text, split_long
+from ..util.text import Tokenizer, open_text, split_long
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)

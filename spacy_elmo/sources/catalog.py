@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
-from .errors import ElmoError
+from ..errors import UnknownModelError
 
 NOT_STATED = "not stated by the publisher"
 
@@ -32,10 +32,6 @@ MANYLANGS_DATA = (
 )
 
 
-class UnknownModelError(ElmoError):
-    """A model name that is not in the catalogue."""
-
-
 @dataclass(frozen=True)
 class ModelEntry:
     """One downloadable model.
@@ -45,7 +41,7 @@ class ModelEntry:
     ``urls``: file role (``options``, ``weights`` or ``archive``) -> URL. ``sha256``: published
     checksums by role (none are published today). ``parameters_m``: millions of parameters as
     published; ``size``: the download's size as far as it is known. ``architecture``: sizes the
-    model's options must have (:class:`~spacy_elmo.options.ElmoOptions` attributes), so that files
+    model's options must have (:class:`~spacy_elmo.model.options.ElmoOptions` attributes), so that files
     of another model, fetched by hand by mistake, are not registered under this name.
     """
 
@@ -129,7 +125,7 @@ MANYLANGS_TABLE: Tuple[Tuple[str, str, int], ...] = (
 
 
 # Every published ELMoForManyLangs model has the architecture of their cnn_50_100_512_4096_sample.json
-# (spacy_elmo.manylangs.PUBLISHED_ARCHITECTURE): 2 layers of 4096 cells projected to 512, filters summing to
+# (spacy_elmo.formats.manylangs.PUBLISHED_ARCHITECTURE): 2 layers of 4096 cells projected to 512, filters summing to
 # 2048, 2 highway layers, 100-dim word vectors.
 MANYLANGS_ARCHITECTURE = {"n_layers": 2, "lstm_dim": 4096, "projection_dim": 512, "n_filters": 2048, "n_highway": 2,
                           "word_dim": 100}

@@ -24,21 +24,13 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .catalog import ModelEntry, UnknownModelError, get_entry
-from .errors import ElmoError
-from .files import PathLike, atomic_write
+from ..errors import DownloadError, ElmoError, NotDownloadedError
+from ..util.files import PathLike, atomic_write
 
 CACHE_ENV = "SPACY_ELMO_CACHE"
 DEFAULT_TIMEOUT = 30.0
 CHUNK = 1 << 20
 MANIFEST = "manifest.json"
-
-
-class DownloadError(ElmoError):
-    """A model could not be fetched or verified; the message says what to do."""
-
-
-class NotDownloadedError(ElmoError):
-    """A model name was used before ``python -m spacy_elmo download NAME``."""
 
 
 def cache_dir() -> Path:
@@ -254,7 +246,7 @@ def _obtain(
             sources[target.name] = _get(entry, role, target, given, timeout, progress, log)
             _check_published(entry, role, target)
         return sources
-    from .manylangs import ManyLangsError, convert_archive
+    from ..formats.manylangs import ManyLangsError, convert_archive
 
     archive = given["archive"] if given else folder / "model.zip"
     sources["archive"] = _get(entry, "archive", archive, given, timeout, progress, log)
@@ -302,7 +294,7 @@ def _retry(entry: ModelEntry, given: Optional[Dict[str, Path]]) -> str:
 def _check_loads(entry: ModelEntry, folder: Path, retry: str) -> None:
     """Load the model's two files with the checked loader and compare its sizes with the catalogue's; a
     :class:`DownloadError` saying what failed otherwise."""
-    from .weights import load_files
+    from ..formats.weights import load_files
 
     try:
         options = load_files(folder / "options.json", folder / "weights.hdf5").options

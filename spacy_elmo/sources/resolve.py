@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from .download import check_name, is_name, verify
-from .errors import ElmoWeightsError
-from .files import PathLike
+from ..errors import ElmoWeightsError
+from ..util.files import PathLike
 
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 # Language code (as spaCy names languages) -> folder under ``data/`` holding options.json and weights.hdf5.
 EMBEDDED_MODELS: Dict[str, str] = {"en": "en_gutenberg_tiny", "zh": "zh_classics_tiny"}
 DEFAULT_LANG = "en"

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.options import preset
-from spacy_elmo.weights import layout
+from spacy_elmo.model.options import preset
+from spacy_elmo.formats.weights import layout
 from tests.conftest import ALLENNLP, BILM_TF
 
 

@@ -2,8 +2,8 @@ import numpy as np
 import torch
 
 from spacy_elmo.model.encoder import ElmoEncoder
-from spacy_elmo.model.segment_encoder import SegmentEncoder
-from spacy_elmo.weights import load_files
+from spacy_elmo.model.batch_encoder import BatchEncoder
+from spacy_elmo.formats.weights import load_files
 from tests.conftest import ALLENNLP
 
 
@@ -17,8 +17,8 @@ def test_cached_token_vectors_equal_the_char_cnn(allennlp_files):
     cached.fill_cache(words[:80])
     sentences = [words[i : i + 30] for i in range(0, 400, 30)] + [["unseen-word", "another"]]
     with torch.no_grad():
-        want = SegmentEncoder(plain)(sentences, 4096)
-        got = SegmentEncoder(cached)(sentences, 4096)
+        want = BatchEncoder(plain)(sentences, 4096)
+        got = BatchEncoder(cached)(sentences, 4096)
     assert len(cached.cache) == 100  # pre-filled 80, then filled while running, and bounded
     assert (want - got).abs().max().item() <= 1e-6
 
@@ -26,7 +26,7 @@ def test_cached_token_vectors_equal_the_char_cnn(allennlp_files):
 def test_auto_start_is_warm_for_published_models_and_zeros_for_our_own(tmp_path, allennlp_files):
     from spacy_elmo import ElmoEmbedder
     from spacy_elmo.model.encoder import TRAINING_START_KEY
-    from spacy_elmo.options import ElmoOptions
+    from spacy_elmo.model.options import ElmoOptions
 
     sentence = ["A", "short", "one"]
     auto = ElmoEmbedder(*allennlp_files).embed_sentence(sentence)

@@ -6,9 +6,9 @@ import pytest
 import spacy
 from spacy.language import Language
 
-from spacy_elmo.pipeline.bilm_model import ARCHITECTURE, BILM_SETTINGS
+from spacy_elmo.pipeline.architectures import ARCHITECTURE, BILM_SETTINGS
 
-from ..conftest import ALLENNLP, shared_data
+from tests.conftest import ALLENNLP, shared_data
 
 OPTIONS, WEIGHTS = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")
 

@@ -11,10 +11,10 @@ from spacy.util import load_model_from_config, registry
 from thinc.api import Config
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.pipeline.bilm_model import BILM_SETTINGS, DEFAULT_CACHE_SIZE
+from spacy_elmo.pipeline.architectures import BILM_SETTINGS, DEFAULT_CACHE_SIZE
 
-from .conftest import OPTIONS, WEIGHTS
-from .test_handoff import TAGGER, examples
+from tests.pipeline.conftest import OPTIONS, WEIGHTS
+from tests.pipeline.test_handoff import TAGGER, examples
 
 SENTENCE = "The cat sat on the mat .".split()
 SETTINGS = {"options_file": OPTIONS, "weight_file": WEIGHTS, "initial_state": "zeros", "max_sentence_tokens": 4}

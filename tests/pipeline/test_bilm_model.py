@@ -5,10 +5,10 @@ import torch
 from spacy.tokens import Doc
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.pipeline.bilm_model import encode_docs, frozen_backprop
-from spacy_elmo.pipeline.segments import Segment, doc_segments
+from spacy_elmo.pipeline.architectures import encode_docs, frozen_backprop
+from spacy_elmo.pipeline.doc_windows import Segment, doc_segments
 
-from .conftest import OPTIONS, WEIGHTS, make_nlp
+from tests.pipeline.conftest import OPTIONS, WEIGHTS, make_nlp
 
 
 def test_segments_follow_sentences_then_windows():

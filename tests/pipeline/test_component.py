@@ -7,7 +7,7 @@ from spacy.tokens import Doc
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.errors import ElmoOptionsError
 
-from .conftest import OPTIONS, WEIGHTS, elmo_config, make_nlp
+from tests.pipeline.conftest import OPTIONS, WEIGHTS, elmo_config, make_nlp
 
 TEXTS = [
     "The cat sat on the mat .",

@@ -7,7 +7,7 @@ from spacy.cli.train import train
 from spacy.tokens import Doc, DocBin
 from spacy.util import load_model
 
-from .conftest import OPTIONS, WEIGHTS, conll_train, read_conll
+from tests.pipeline.conftest import OPTIONS, WEIGHTS, conll_train, read_conll
 
 CONFIGS = Path(__file__).resolve().parents[2] / "spacy_elmo" / "pipeline" / "configs"
 

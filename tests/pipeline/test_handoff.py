@@ -13,7 +13,7 @@ from thinc.api import Adam, fix_random_seed
 
 from spacy_elmo.pipeline.handoff import LayerHandoff, LayersAlreadyReadError
 
-from .conftest import elmo_config
+from tests.pipeline.conftest import elmo_config
 
 TAGGER = {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1"}}}
 TRAIN = [

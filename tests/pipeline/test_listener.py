@@ -10,7 +10,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Model, fix_random_seed
 
-from .conftest import conll_train, elmo_config, read_conll
+from tests.pipeline.conftest import conll_train, elmo_config, read_conll
 
 NER_CONFIG = {
     "model": {

@@ -8,11 +8,11 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Model
 
-from spacy_elmo.layer_mix import fixed_mix_weights
-from spacy_elmo.pipeline.bilm_model import frozen_backprop
-from spacy_elmo.pipeline.mix import build_scalar_mix
+from spacy_elmo.model.fixed_mix import fixed_mix_weights
+from spacy_elmo.pipeline.architectures import frozen_backprop
+from spacy_elmo.pipeline.scalar_mix import build_scalar_mix
 
-from ..scalar_mix_reference import ScalarMix
+from tests.scalar_mix_reference import ScalarMix
 
 N_LAYERS, DIM = 3, 5
 

@@ -13,10 +13,10 @@ import srsly
 import torch
 from spacy.tokens import Doc, DocBin
 
-from spacy_elmo.pipeline.bilm_model import build_bilm_model_v2
-from spacy_elmo.weights import weights_to_bytes
+from spacy_elmo.pipeline.architectures import build_bilm_model_v2
+from spacy_elmo.formats.weights import weights_to_bytes
 
-from .conftest import make_nlp
+from tests.pipeline.conftest import make_nlp
 
 TEXTS = ["The cat sat on the mat .", "Short .", "Another , rather longer sentence with more words in it"]
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"

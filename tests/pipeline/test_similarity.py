@@ -10,7 +10,7 @@ from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import with_vector_hooks
 
-from .conftest import make_nlp
+from tests.pipeline.conftest import make_nlp
 
 RIVER, MONEY = "We sat on the bank of the river .", "He went to the bank to borrow money ."
 BANK = 4  # the token "bank" in both sentences

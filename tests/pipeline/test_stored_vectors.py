@@ -5,7 +5,7 @@ import spacy
 
 from spacy_elmo import ElmoEmbedder
 
-from .conftest import OPTIONS, WEIGHTS, make_nlp
+from tests.pipeline.conftest import OPTIONS, WEIGHTS, make_nlp
 
 WORDS = ["They", "sat", "on", "the", "bank", "."]
 

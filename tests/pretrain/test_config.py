@@ -1,6 +1,6 @@
 import pytest
 
-from spacy_elmo.options import preset
+from spacy_elmo.model.options import preset
 from spacy_elmo.pretrain.config import PretrainConfigError, default_config, load_config
 
 

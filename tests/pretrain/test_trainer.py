@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from spacy_elmo import ElmoEmbedder
+from spacy_elmo.model.batch_encoder import BatchEncoder
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.trainer import InitializeError, ResumeError, Trainer
-from spacy_elmo.weights import load_files
+from spacy_elmo.formats.weights import load_files
 from tests.pretrain.conftest import tiny_config
 
 
@@ -59,7 +60,7 @@ def test_exported_files_load_into_the_embedder_with_the_same_outputs(tmp_path):
     trainer.run(progress=False)
     sentences = [["The", "model", "reads", "this", "."], ["Another", "one"]]
     with torch.no_grad():
-        in_memory = ElmoEncoder(trainer.model.bilm.eval()).embed_sentences(sentences)
+        in_memory = BatchEncoder(ElmoEncoder(trainer.model.bilm.eval())).per_sentence(sentences, 4096)
     loaded = ElmoEmbedder(tmp_path / "options.json", tmp_path / "weights.hdf5", initial_state="zeros").embed_batch(sentences)
     for a, b in zip(in_memory, loaded):
         np.testing.assert_array_equal(a.numpy(), b)

@@ -17,11 +17,11 @@ import torch
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.errors import ElmoOptionsError, ElmoWeightsError
-from spacy_elmo.options import ElmoOptions
-from spacy_elmo.weights import load_files, read_weights, save_files
+from spacy_elmo.model.options import ElmoOptions
+from spacy_elmo.formats.weights import load_files, read_weights, save_files
 
-from ..conftest import ALLENNLP
-from ..pipeline.conftest import make_nlp
+from tests.conftest import ALLENNLP
+from tests.pipeline.conftest import make_nlp
 
 TEXT = "The cat sat on the mat ."
 

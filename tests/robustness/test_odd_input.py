@@ -17,7 +17,7 @@ from spacy.tokens import Doc
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.model.chars import token_to_ids
 
-from ..pipeline.conftest import OPTIONS, WEIGHTS, make_nlp
+from tests.pipeline.conftest import OPTIONS, WEIGHTS, make_nlp
 
 DIM = 32  # 2 * projection_dim of the fixture biLM
 PADDING_ATOL = 1e-6  # batching with other sentences changes float rounding only

@@ -18,7 +18,7 @@ from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.trainer import CHECKPOINT, Trainer
 from spacy_elmo.pretrain.vocab import Vocab
 
-from ..pretrain.conftest import tiny_config
+from tests.pretrain.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_STEPS = 30
