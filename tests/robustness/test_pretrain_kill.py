@@ -122,7 +122,10 @@ def _sigterm_one_rank_then_resume(tmp_path: Path, port: int) -> None:
     assert state["step"] > 0 and state["world_size"] == 2
     assert "Interrupted: checkpoint saved" in stopped
     assert "terminate called" not in stopped and "SIGABRT" not in stopped, stopped[-3000:]
-    resumed = subprocess.run(command + ["--training.max_steps", str(state["step"] + 2)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    # 600 s: on a machine with every core taken (load 8 on 2 cores) a resumed run's start once took over 300 s.
+    resumed = subprocess.run(
+        command + ["--training.max_steps", str(state["step"] + 2)], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "terminate called" not in resumed.stderr, resumed.stderr[-3000:]
     assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == state["step"] + 2
