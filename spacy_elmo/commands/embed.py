@@ -32,7 +32,7 @@ from ..errors import EmbedError
 from ..util.files import PathLike
 from ..model.fixed_mix import fixed_mix_weights
 from ..model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
-from ..model.precision import DEFAULT_PRECISION, PRECISIONS
+from ..model.precision import DEFAULT_PRECISION, check_precision_name
 from ..util.text import Tokenizer, make_tokenizer, open_text, split_long
 
 LAYER_MODES = ("all", "top", "average", "mix")
@@ -125,9 +125,8 @@ class EmbedSettings:
             raise EmbedError("--layers mix needs --mix-weights (one weight per layer, e.g. 0.2,0.5,0.3), and only mix uses them")
         if self.max_tokens < 1:
             raise EmbedError(f"--max-tokens must be at least 1, found {self.max_tokens}")
-        if self.precision not in PRECISIONS:
-            raise EmbedError(f"--precision must be one of {', '.join(PRECISIONS)}, found {self.precision!r}")
         try:
+            check_precision_name(self.precision, "--precision")
             check_initial_state(self.initial_state, "--initial-state")
             check_model_files(self.options_file, self.weight_file, ("--options", "--weights"))
         except ValueError as err:

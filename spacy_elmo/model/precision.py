@@ -16,7 +16,6 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
-CPU_PRECISIONS = ("fp32", "bf16", "int8")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_PRECISION = "fp32"
 
@@ -52,10 +51,15 @@ def suggested_precision() -> Tuple[str, str]:
     )
 
 
+def check_precision_name(precision: str, name: str = "precision") -> None:
+    """Refuse a precision that is none of :data:`PRECISIONS` (``name``: the setting, for the message)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"{name} must be one of {', '.join(PRECISIONS)}, found {precision!r}")
+
+
 def check_precision(precision: str, device: torch.device) -> None:
     """Refuse a precision that is unknown, or that this device cannot run (fast), with what to use instead."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, found {precision!r}")
+    check_precision_name(precision)
     if device.type == "cuda":
         if precision not in CUDA_PRECISIONS:
             raise ValueError(

@@ -9,7 +9,7 @@ how many token vectors it keeps (``cache_size``). This block is the only place t
 config validation checks their types and values. Two settings belong to the model's owner, not the
 architecture: ``frozen`` (whether it trains) and ``lang``.
 
-Each Doc is cut into segments (``segments.py``), and the segments of all Docs of a call are
+Each Doc is cut into segments (``doc_windows.py``), and the segments of all Docs of a call are
 batched together by length under a cap on padded tokens, so one long Doc never becomes one huge
 biLM batch. The output of a Doc is its segments' layers put back side by side,
 ``(n_layers + 1, len(doc), 2 * projection_dim)``.
@@ -28,7 +28,8 @@ from thinc.types import Floats2d, Floats3d, FloatsXd
 
 from ..sources.resolve import DEFAULT_LANG, check_model_files, model_files
 from ..model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder, check_initial_state
-from ..model.precision import DEFAULT_PRECISION, PRECISIONS
+from ..model.token_cache import check_cache_size
+from ..model.precision import DEFAULT_PRECISION, check_precision_name
 from ..model.batch_encoder import BatchEncoder
 from ..model.options import ElmoOptions
 from ..formats.weights import load_files
@@ -114,10 +115,8 @@ def configure_bilm_model(model: Model, **settings: Any) -> None:
     for key in ("max_batch_tokens", "max_sentence_tokens"):
         if merged[key] < 1:
             raise ValueError(f"{key} must be a positive number of tokens, found {merged[key]}")
-    if merged["cache_size"] < 0:
-        raise ValueError(f"cache_size must be >= 0 (0 turns the token cache off), found {merged['cache_size']}")
-    if merged["precision"] not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, found {merged['precision']!r}")
+    check_cache_size(merged["cache_size"])
+    check_precision_name(merged["precision"])
     if merged["precision"] != DEFAULT_PRECISION and not merged["frozen"]:
         raise ValueError(
             f"precision {merged['precision']!r} is for a frozen biLM: fine-tuning (frozen = false) trains fp32 "
