@@ -56,6 +56,4 @@ class BatchEncoder(nn.Module):
 
     def per_sentence(self, segments: Sequence[Sequence[str]], max_batch_tokens: int) -> List[torch.Tensor]:
         """Each segment's layers, ``(n_layers + 1, len(segment), dim)``, in the order given (views of one tensor)."""
-        packed = self.forward(segments, max_batch_tokens)
-        ends = np.cumsum([len(s) for s in segments]).tolist()
-        return [packed[:, start:end] for start, end in zip([0] + ends[:-1], ends)]
+        return list(self.forward(segments, max_batch_tokens).split([len(s) for s in segments], dim=1))

@@ -10,7 +10,7 @@ from ..errors import TokenTruncationWarning
 from .chars import TokenBatch, first_truncated, n_bytes
 from .precision import DEFAULT_PRECISION, check_precision
 from .token_ids import TokenIds
-from .token_cache import TokenCache
+from .token_cache import TokenCache, check_cache_size
 
 # A short, plain text whose final LSTM state is the "warm" starting state (see ``ElmoEncoder``).
 WARM_UP_TEXT = (
@@ -96,12 +96,11 @@ class ElmoEncoder(nn.Module):
         """Run the biLM's products at ``precision`` (checked against the device) and forget what fp32 gave."""
         check_precision(precision, self.device)
         self.bilm.set_precision(precision, PRECISION_PARTS.get(precision, ()))
-        self.weights_changed()
+        self._forget_derived()
 
     def set_cache_size(self, cache_size: int) -> None:
         """Keep up to ``cache_size`` token vectors (0: no cache); an existing cache is emptied."""
-        if cache_size < 0:
-            raise ValueError(f"cache_size must be >= 0 (0 turns the token cache off), found {cache_size}")
+        check_cache_size(cache_size)
         dim = self.bilm.options.projection_dim
         self.cache = TokenCache(cache_size, dim, device=self.device) if cache_size > 0 else None
 
@@ -119,6 +118,10 @@ class ElmoEncoder(nn.Module):
         """Forget everything derived from the weights (call after loading or training them)."""
         if self.bilm.precision != DEFAULT_PRECISION:
             self.bilm.refresh_precision()
+        self._forget_derived()
+
+    def _forget_derived(self) -> None:
+        """Empty the token cache and forget the warm state: both were computed from the weights as they were."""
         if self.cache is not None:
             self.cache.clear()
         self._warm = None
