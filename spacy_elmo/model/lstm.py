@@ -158,13 +158,13 @@ class StackedProducts:
     def inputs(self, x: torch.Tensor) -> torch.Tensor:
         """Gate inputs with the bias (and the forget gate's +1): ``bias + x W_in``."""
         if "input" in self.low:
-            return stacked_linear(self.low["input"], x) + self.bias
+            return stacked_linear(self.low["input"], x, self.bias)
         return torch.baddbmm(self.bias, x, self.w["input"])
 
     def recurrent(self, step_in: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """``step_in + h W_rec``."""
         if "hidden" in self.low:
-            return step_in + stacked_linear(self.low["hidden"], h)
+            return stacked_linear(self.low["hidden"], h, step_in)
         return torch.baddbmm(step_in, h, self.w["hidden"])
 
     def project(self, cell_out: torch.Tensor) -> torch.Tensor:

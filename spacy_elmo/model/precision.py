@@ -84,14 +84,18 @@ class LowPrecisionLinear:
         self.in_features, self.out_features = weight.shape
         self.bias = None if bias is None else bias.detach().float().clone()
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x @ weight + bias``, plus ``addend`` (broadcastable to ``(rows, out)``) when given: adding it in
+        the product's last pass saves a pass over the output."""
         rows = x.reshape(-1, self.in_features)
-        out = self._product(rows)
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*x.shape[:-1], self.out_features)
+        if addend is None:
+            shift = self.bias
+        else:
+            shift = addend if self.bias is None else addend + self.bias
+        return self._product(rows, shift).view(*x.shape[:-1], self.out_features)
 
-    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor]) -> torch.Tensor:
+        """``rows @ weight`` plus ``shift`` (when not None), float32."""
         raise NotImplementedError
 
 
@@ -103,8 +107,9 @@ class FloatLinear(LowPrecisionLinear):
         self.dtype = dtype
         self.weight = weight.detach().to(dtype).contiguous()
 
-    def _product(self, rows: torch.Tensor) -> torch.Tensor:
-        return torch.mm(rows.to(self.dtype), self.weight).float()
+    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor]) -> torch.Tensor:
+        out = torch.mm(rows.to(self.dtype), self.weight).float()
+        return out if shift is None else out.add_(shift)
 
 
 class Int8Linear(LowPrecisionLinear):
@@ -121,14 +126,17 @@ class Int8Linear(LowPrecisionLinear):
             self._packed = torch.ops.quantized.linear_prepack(quantized, None)
         self._pins = torch.stack((torch.ones(self.in_features), -torch.ones(self.in_features)))
 
-    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor]) -> torch.Tensor:
         n = rows.shape[0]
         if n == 0:
             return rows.new_zeros(0, self.out_features)
-        magnitude = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
-        unit = torch.cat((rows / magnitude, self._pins))
+        magnitude = rows.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
+        unit = rows.new_empty(n + 2, self.in_features)  # the scaled rows, then the pinning rows
+        unit[n:] = self._pins
+        torch.div(rows, magnitude, out=unit[:n])
         # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
-        return torch.ops.quantized.linear_dynamic(unit, self._packed, True)[:n] * magnitude
+        product = torch.ops.quantized.linear_dynamic(unit, self._packed, True)[:n]
+        return product.mul_(magnitude) if shift is None else torch.addcmul(shift, product, magnitude)
 
 
 def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> LowPrecisionLinear:
@@ -143,6 +151,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, kernel: Op
     return torch.addmm(bias, x, weight) if kernel is None else kernel(x)
 
 
-def stacked_linear(kernels: Sequence[LowPrecisionLinear], x: torch.Tensor) -> torch.Tensor:
-    """One product per leading index: ``x[d] @ W_d (+ b_d)`` for ``x`` ``(len(kernels), rows, in)``."""
-    return torch.stack([kernel(x[d]) for d, kernel in enumerate(kernels)])
+def stacked_linear(
+    kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, addend: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """One product per leading index: ``x[d] @ W_d (+ b_d) (+ addend[d])`` for ``x`` ``(len(kernels), rows, in)``."""
+    return torch.stack([kernel(x[d], None if addend is None else addend[d]) for d, kernel in enumerate(kernels)])
