@@ -1,6 +1,6 @@
 """Damaged weight files and saved pipelines: a specific error naming the file and the fault, and nothing half-loaded.
 
-(Missing, truncated, garbage and mismatched AllenNLP files are covered in tests/test_weights.py.)
+(Missing, truncated, garbage and mismatched AllenNLP files are covered in tests/formats/test_weights.py.)
 """
 import io
 import pickle

@@ -32,7 +32,7 @@ def test_pretrain_reports_a_bad_config_without_a_traceback(tmp_path):
 
 
 def test_version_prints_the_package_version():
-    about = (Path(__file__).parents[1] / "spacy_elmo" / "about.py").read_text(encoding="utf-8")
+    about = (Path(__file__).resolve().parents[2] / "spacy_elmo" / "about.py").read_text(encoding="utf-8")
     version = re.search(r'__version__ = "([^"]+)"', about).group(1)
     done = _cli("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"spacy-elmo {version}"

@@ -27,7 +27,7 @@ from spacy_elmo.formats.manylangs import convert
 
 from tests.conftest import ALLENNLP
 
-MANYLANGS = Path(__file__).parent / "data" / "manylangs_tiny"
+MANYLANGS = Path(__file__).resolve().parents[1] / "data" / "manylangs_tiny"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

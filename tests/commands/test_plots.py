@@ -123,7 +123,7 @@ def test_log_errors_name_the_file_and_line(tmp_path):
 
 
 def test_the_project_compare_step_tabulates_each_runs_mixes(pipeline_dir, tmp_path):
-    script = Path(__file__).resolve().parents[1] / "scripts" / "compare.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "compare.py"
     spec = importlib.util.spec_from_file_location("compare_for_mix_test", script)
     compare = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(compare)

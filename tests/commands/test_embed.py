@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.commands.cli import app
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LINES = [
     "The bank of the river was muddy.",
     "",

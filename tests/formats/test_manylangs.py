@@ -17,7 +17,7 @@ from spacy_elmo.sources.catalog import MANYLANGS_ARCHITECTURE
 from spacy_elmo.formats.manylangs import PUBLISHED_ARCHITECTURE, ManyLangsError, convert, convert_archive, read_lexicon
 from spacy_elmo.model.options import ElmoOptions
 
-FIXTURE = Path(__file__).parent / "data" / "manylangs_tiny"
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "manylangs_tiny"
 SENTENCES = json.loads((FIXTURE / "sentences.json").read_text(encoding="utf-8"))
 
 
