@@ -84,18 +84,21 @@ class LowPrecisionLinear:
         self.in_features, self.out_features = weight.shape
         self.bias = None if bias is None else bias.detach().float().clone()
 
-    def __call__(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``x @ weight + bias``, plus ``addend`` (broadcastable to ``(rows, out)``) when given: adding it in
-        the product's last pass saves a pass over the output."""
+    def __call__(
+        self, x: torch.Tensor, addend: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """``x @ weight + bias``, plus ``addend`` (broadcastable to ``(rows, out)``) when given, written into
+        ``out`` (float32 ``(rows, out)``, e.g. a slice of a stacked result) when given. Adding and writing in
+        the product's last pass saves passes over the output."""
         rows = x.reshape(-1, self.in_features)
         if addend is None:
             shift = self.bias
         else:
             shift = addend if self.bias is None else addend + self.bias
-        return self._product(rows, shift).view(*x.shape[:-1], self.out_features)
+        return self._product(rows, shift, out).view(*x.shape[:-1], self.out_features)
 
-    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor]) -> torch.Tensor:
-        """``rows @ weight`` plus ``shift`` (when not None), float32."""
+    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor], out: Optional[torch.Tensor]) -> torch.Tensor:
+        """``rows @ weight`` plus ``shift`` (when not None), float32, in ``out`` when given."""
         raise NotImplementedError
 
 
@@ -107,9 +110,11 @@ class FloatLinear(LowPrecisionLinear):
         self.dtype = dtype
         self.weight = weight.detach().to(dtype).contiguous()
 
-    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor]) -> torch.Tensor:
-        out = torch.mm(rows.to(self.dtype), self.weight).float()
-        return out if shift is None else out.add_(shift)
+    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor], out: Optional[torch.Tensor]) -> torch.Tensor:
+        product = torch.mm(rows.to(self.dtype), self.weight)
+        if shift is None:
+            return product.float() if out is None else out.copy_(product)
+        return torch.add(shift, product, out=out)  # promotes to float32
 
 
 class Int8Linear(LowPrecisionLinear):
@@ -126,17 +131,19 @@ class Int8Linear(LowPrecisionLinear):
             self._packed = torch.ops.quantized.linear_prepack(quantized, None)
         self._pins = torch.stack((torch.ones(self.in_features), -torch.ones(self.in_features)))
 
-    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor]) -> torch.Tensor:
+    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor], out: Optional[torch.Tensor]) -> torch.Tensor:
         n = rows.shape[0]
         if n == 0:
-            return rows.new_zeros(0, self.out_features)
+            return rows.new_zeros(0, self.out_features) if out is None else out
         magnitude = rows.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
         unit = rows.new_empty(n + 2, self.in_features)  # the scaled rows, then the pinning rows
         unit[n:] = self._pins
         torch.div(rows, magnitude, out=unit[:n])
         # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
         product = torch.ops.quantized.linear_dynamic(unit, self._packed, True)[:n]
-        return product.mul_(magnitude) if shift is None else torch.addcmul(shift, product, magnitude)
+        if shift is None:
+            return torch.mul(product, magnitude, out=out)
+        return torch.addcmul(shift, product, magnitude, out=out)
 
 
 def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> LowPrecisionLinear:
@@ -154,5 +161,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, kernel: Op
 def stacked_linear(
     kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, addend: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
-    """One product per leading index: ``x[d] @ W_d (+ b_d) (+ addend[d])`` for ``x`` ``(len(kernels), rows, in)``."""
-    return torch.stack([kernel(x[d], None if addend is None else addend[d]) for d, kernel in enumerate(kernels)])
+    """One product per leading index: ``x[d] @ W_d (+ b_d) (+ addend[d])`` for ``x`` ``(len(kernels), rows, in)``,
+    each written straight into its slice of the result."""
+    result = x.new_empty(len(kernels), x.shape[1], kernels[0].out_features)
+    for d, kernel in enumerate(kernels):
+        kernel(x[d], None if addend is None else addend[d], out=result[d])
+    return result
