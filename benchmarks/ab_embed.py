@@ -10,6 +10,7 @@ one ``spacy_elmo``. Outputs of the two trees are compared too (max abs differenc
     python benchmarks/ab_embed.py --old ../old_tree --preset small --precision int8 --rounds 5
 """
 import argparse
+import shlex
 import importlib
 import sys
 import tempfile
@@ -72,7 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         for name, fn in runs.items():
             times[name].append(cpu_seconds(fn))
     diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs["old"], outputs["new"]))
-    print(f"command: python benchmarks/ab_embed.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    print(f"command: python benchmarks/ab_embed.py {shlex.join(sys.argv[1:] if argv is None else argv)}")
     print(f"machine: {_cpu_model()}; "
           f"{args.threads} torch thread(s), torch {torch.__version__}; load average after: {_load()}")
     print(f"{args.preset}, precision {args.precision}, {words} words in batches of {args.batch_size}, "
