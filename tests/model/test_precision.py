@@ -85,6 +85,20 @@ def linear_weight(linear: precision_module.Int8Linear) -> torch.Tensor:
     return unpacked.dequantize().t()
 
 
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_stacked_products_add_the_addend_and_fill_each_slice(precision):
+    """``stacked_linear`` with an addend equals each direction's own product plus its addend, computed apart."""
+    torch.manual_seed(1)
+    weights = [torch.randn(48, 80) * 0.1 for _ in range(2)]
+    kernels = [precision_module.low_precision_linear(w, None, precision) for w in weights]
+    x, addend = torch.randn(2, 5, 48), torch.randn(2, 5, 80)
+    stacked = precision_module.stacked_linear(kernels, x, addend)
+    for d, (kernel, weight) in enumerate(zip(kernels, weights)):
+        torch.testing.assert_close(stacked[d], kernel(x[d]) + addend[d], rtol=1e-6, atol=1e-6)
+        exact = x[d].double() @ weight.double() + addend[d].double()
+        assert (stacked[d].double() - exact).abs().max().item() < 0.05
+
+
 def test_fp32_after_a_reduced_precision_is_exact_again(allennlp_files):
     text = sentences(8, seed=2)
     reference = ElmoEmbedder(*allennlp_files).embed_batch(text)
