@@ -4,12 +4,15 @@ A lent GPU machine has torch, numpy, h5py, tqdm and typer but no spaCy, thinc, s
 pydantic travel as wheels (scripts/gpu_bundle.py WHEELS). This runs the same scripts with those modules made
 unimportable and checks what they import, what they bring back and what would travel.
 """
+import gzip
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.pretrain.conftest import TRAIN_TEXT
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = ("spacy", "thinc", "srsly", "catalogue", "cupy", "weasel", "wasabi")
@@ -38,8 +41,20 @@ def _record():
 """
 
 
+def _source(tmp_path: Path) -> Path:
+    """A corpus folder laid out as ``../shared/data/lm_gutenberg_en`` is, from bilm-tf's training fixture (so the
+    test runs from a plain clone)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    text = TRAIN_TEXT.read_bytes()
+    for name in ("train-000.txt.gz", "heldout.txt.gz"):
+        (source / name).write_bytes(gzip.compress(text))
+    return source
+
+
 def _bundle(tmp_path: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "scripts/gpu_bundle.py", "--train-mib", "0.02", "--dev-lines", "20", "--out", str(tmp_path / "bundle")]
+    command = [sys.executable, "scripts/gpu_bundle.py", "--train-mib", "0.02", "--dev-lines", "20",
+               "--source", str(_source(tmp_path)), "--out", str(tmp_path / "bundle")]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
