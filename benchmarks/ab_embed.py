@@ -22,10 +22,10 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from bench_embed import _cpu_model, _load, make_model, read_conllu, run_embedder
+from bench_embed import UD, _cpu_model, _load, make_model, read_conllu, run_embedder
 from spacy_elmo import ElmoEmbedder
 
-UD_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_english_ewt" / "en_ewt-ud-dev.conllu"
+UD_DEV = UD / "en_ewt-ud-dev.conllu"
 
 
 def import_old_embedder(tree: Path) -> type:
@@ -36,10 +36,16 @@ def import_old_embedder(tree: Path) -> type:
     return importlib.import_module("old_spacy_elmo.embedder").ElmoEmbedder
 
 
-def cpu_seconds(fn: Callable[[], List[np.ndarray]]) -> float:
-    start = time.process_time()
-    fn()
-    return time.process_time() - start
+def interleaved_cpu_seconds(runs: Dict[str, Callable[[], object]], rounds: int) -> Dict[str, List[float]]:
+    """Process CPU seconds of each run, ``rounds`` times, one run after the other in every round (so that
+    neighbouring passes of different runs share the machine's state)."""
+    seconds: Dict[str, List[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            start = time.process_time()
+            fn()
+            seconds[name].append(time.process_time() - start)
+    return seconds
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -68,10 +74,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         }
     runs = {name: (lambda e=e: run_embedder(e, sentences, args.batch_size)) for name, e in embedders.items()}
     outputs = {name: fn() for name, fn in runs.items()}  # warm-up, and the outputs compared
-    times: Dict[str, List[float]] = {name: [] for name in runs}
-    for _ in range(args.rounds):
-        for name, fn in runs.items():
-            times[name].append(cpu_seconds(fn))
+    times = interleaved_cpu_seconds(runs, args.rounds)
     diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs["old"], outputs["new"]))
     print(f"command: python benchmarks/ab_embed.py {shlex.join(sys.argv[1:] if argv is None else argv)}")
     print(f"machine: {_cpu_model()}; "

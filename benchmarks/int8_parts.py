@@ -11,14 +11,13 @@ import argparse
 import shlex
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from ab_embed import UD_DEV
+from ab_embed import UD_DEV, interleaved_cpu_seconds
 from bench_embed import _cpu_model, _load, make_model, read_conllu, run_embedder
 from precision_fidelity import layer_fidelity
 from spacy_elmo import ElmoEmbedder
@@ -57,12 +56,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 embedder.encoder.bilm.set_precision(args.precision, parts)
             embedders[name] = embedder
     outputs = {name: run_embedder(e, sentences, args.batch_size) for name, e in embedders.items()}  # and warm-up
-    seconds: Dict[str, list] = {name: [] for name in embedders}
-    for _ in range(args.rounds):
-        for name, embedder in embedders.items():
-            start = time.process_time()
-            run_embedder(embedder, sentences, args.batch_size)
-            seconds[name].append(time.process_time() - start)
+    runs = {name: (lambda e=e: run_embedder(e, sentences, args.batch_size)) for name, e in embedders.items()}
+    seconds = interleaved_cpu_seconds(runs, args.rounds)
     print(f"command: python benchmarks/int8_parts.py {shlex.join(sys.argv[1:] if argv is None else argv)}")
     print(f"machine: {_cpu_model()}; torch {torch.__version__}, 1 thread; load average after: {_load()}")
     print(f"{args.preset}, {words} words in batches of {args.batch_size}, no token cache, {args.rounds} rounds\n")
