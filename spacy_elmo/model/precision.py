@@ -129,7 +129,6 @@ class Int8Linear(LowPrecisionLinear):
             warnings.simplefilter("ignore")
             quantized = torch.quantize_per_channel(columns, scales, zero_points, 0, torch.qint8)
             self._packed = torch.ops.quantized.linear_prepack(quantized, None)
-        self._pins = torch.stack((torch.ones(self.in_features), -torch.ones(self.in_features)))
 
     def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor], out: Optional[torch.Tensor]) -> torch.Tensor:
         n = rows.shape[0]
@@ -137,7 +136,8 @@ class Int8Linear(LowPrecisionLinear):
             return rows.new_zeros(0, self.out_features) if out is None else out
         magnitude = rows.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
         unit = rows.new_empty(n + 2, self.in_features)  # the scaled rows, then the pinning rows
-        unit[n:] = self._pins
+        unit[n].fill_(1.0)
+        unit[n + 1].fill_(-1.0)
         torch.div(rows, magnitude, out=unit[:n])
         # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
         product = torch.ops.quantized.linear_dynamic(unit, self._packed, True)[:n]
