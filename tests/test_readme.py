@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 import pytest
+from spacy.cli.init_config import fill_config
 from spacy.language import Language
 from spacy.util import registry
 from thinc.api import Config
@@ -113,6 +114,48 @@ def test_config_blocks_use_registered_settings(page: Path):
                 known = set(Language.get_factory_meta("elmo").default_config) | {"factory"}
                 assert set(component) <= known, (name, set(component) - known)
     assert sections > 0
+
+
+SHIPPED_CONFIGS = sorted((ROOT / "spacy_elmo" / "pipeline" / "configs").glob("*.cfg"))
+INI_BLOCKS = [(page, number, block) for page in PAGES for number, block in enumerate(_blocks(page, "ini"))]
+INI_IDS = [f"{page.name}-{number}" for page, number, _ in INI_BLOCKS]
+
+
+def _settings_of(config: dict, path: str = ""):
+    """Every setting of a (nested) config as its dotted path and value."""
+    for key, value in config.items():
+        if isinstance(value, dict):
+            yield from _settings_of(value, f"{path}{key}.")
+        else:
+            yield f"{path}{key}", value
+
+
+@pytest.mark.parametrize("page, number, block", INI_BLOCKS, ids=INI_IDS)
+def test_config_blocks_hold_no_comment_inside_a_value(page: Path, number: int, block: str):
+    """spaCy's config format has no trailing comments: ``x = false  # why`` reads as the string ``'false  # why'``."""
+    read = _parse_fragment(block)
+    assert [(path, value) for path, value in _settings_of(read) if isinstance(value, str) and "#" in value] == []
+
+
+def _base_config(fragment: Config) -> Path:
+    """The shipped example config whose pipeline holds every component the fragment sets."""
+    named = set(fragment.get("components", {}))
+    for path in SHIPPED_CONFIGS:
+        if named <= set(Config().from_disk(path, interpolate=False)["nlp"]["pipeline"]):
+            return path
+    raise AssertionError(f"no config in spacy_elmo/pipeline/configs has the components {sorted(named)}")
+
+
+@pytest.mark.parametrize("page, number, block", INI_BLOCKS, ids=INI_IDS)
+def test_config_blocks_fill_as_part_of_a_shipped_config(page: Path, number: int, block: str, tmp_path: Path):
+    """A config excerpt, merged into the shipped config it belongs to, passes ``spacy init fill-config``, which
+    builds the pipeline and validates every setting's type; the filled config keeps the excerpt's settings."""
+    fragment = _parse_fragment(block)
+    merged = Config().from_disk(_base_config(fragment), interpolate=False).merge(fragment)
+    merged.to_disk(tmp_path / "merged.cfg")
+    fill_config(tmp_path / "filled.cfg", tmp_path / "merged.cfg", silent=True)
+    kept = dict(_settings_of(Config().from_disk(tmp_path / "filled.cfg", interpolate=False)))
+    assert {path: kept.get(path) for path, _ in _settings_of(fragment)} == dict(_settings_of(fragment))
 
 
 def _api_tables() -> Dict[str, Set[str]]:
