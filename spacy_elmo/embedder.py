@@ -17,7 +17,7 @@ from .util.files import PathLike
 from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
 from .model.precision import DEFAULT_PRECISION
 from .model.batch_encoder import BatchEncoder
-from .util.threads import DEFAULT_THREADS, check_threads, torch_threads
+from .util.threads import DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
 from .formats.weights import load_files
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
@@ -46,9 +46,15 @@ class ElmoEmbedder:
         int8 activations; any x86 CPU, fastest with AVX512-VNNI) or ``"bf16"`` (CPUs with native bf16; refused
         elsewhere); on a GPU ``"bf16"`` or ``"fp16"``. A sentence's vectors still do not depend on its batch.
 
+    batch_requests: calls from several threads that arrive while the biLM is busy go through it together, as one
+        batch, when it is free (a call finding it free runs at once); each still gets exactly its own vectors.
+    batch_wait_ms: with ``batch_requests``, a call finding the biLM free first waits this long for others to join
+        (default 0: only calls already waiting are merged).
+
     One embedder may serve several threads at once in the stateless mode (the default), with or without the
     token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to
-    call, so it is for one thread at a time: across threads the order of calls, hence the vectors, is arbitrary.
+    call: calls then run one at a time, never merged, in the order they arrive; across threads that order, hence
+    the vectors, is arbitrary.
     """
 
     def __init__(
@@ -64,8 +70,12 @@ class ElmoEmbedder:
         lang: str = DEFAULT_LANG,
         threads: Optional[int] = DEFAULT_THREADS,
         precision: str = DEFAULT_PRECISION,
+        batch_requests: bool = True,
+        batch_wait_ms: float = 0.0,
     ):
         self.threads = check_threads(threads)
+        self.batch_requests = batch_requests
+        self._requests = RequestBatcher(self._embed_now, batch_wait_ms)
         bilm = load_files(*model_files(options_file, weight_file, lang))
         self.encoder = ElmoEncoder(bilm, initial_state=initial_state, cache_size=cache_size).to(device).eval()
         self.encoder.set_precision(precision)
@@ -95,6 +105,12 @@ class ElmoEmbedder:
         batch = _token_lists(batch)
         if not batch:
             return []
+        if self.stateful or self.batch_requests:
+            return self._requests(batch, merge=not self.stateful)
+        return self._embed_now(batch)
+
+    def _embed_now(self, batch: List[List[str]]) -> List[np.ndarray]:
+        """The layers of ``batch``'s sentences, computed by this thread now."""
         # Stateful: the whole call is one biLM batch, so that row r continues row r of the call before, as in AllenNLP.
         cap = sys.maxsize if self.stateful else self.max_batch_tokens
         with torch.inference_mode(), torch_threads(self.threads):

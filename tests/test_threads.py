@@ -10,7 +10,7 @@ import torch
 
 import spacy_elmo.pipeline.component as component_module
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.util.threads import torch_threads
+from spacy_elmo.util.threads import RequestBatcher, torch_threads
 
 from tests.conftest import ALLENNLP
 from tests.pipeline.conftest import elmo_config
@@ -124,3 +124,197 @@ def test_one_pipeline_shared_by_8_threads_gives_the_serial_vectors(cache_size):
     for a, b in zip(serial, threaded):
         np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
     assert torch.get_num_threads() == 1  # torch_threads restored the conftest's setting after the threads
+
+
+# --- calls from several threads merged into one biLM batch (RequestBatcher) ---
+
+JOIN_TIMEOUT = 60  # seconds; a join that times out is the failure signal of a deadlock
+
+
+def _start(work, inputs: list) -> tuple:
+    """One thread per input running ``work(x)``; returns the threads and a dict input -> result or exception."""
+    answers: dict = {}
+
+    def call(x):
+        try:
+            answers[x] = work(x)
+        except BaseException as err:  # noqa: BLE001 - the test inspects what each caller got
+            answers[x] = err
+
+    threads = [threading.Thread(target=call, args=(x,), daemon=True) for x in inputs]
+    for thread in threads:
+        thread.start()
+    return threads, answers
+
+
+def _join(threads: list) -> None:
+    for thread in threads:
+        thread.join(JOIN_TIMEOUT)
+    assert not any(thread.is_alive() for thread in threads), "a caller is still waiting: deadlock"
+
+
+def _wait_until(condition) -> None:
+    for _ in range(6000):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("timed out waiting for the threads to queue")
+
+
+class _BlockingRun:
+    """A batch function that records its inputs, blocks its first call until released, and can raise on an item."""
+
+    def __init__(self, raise_on=None, interrupt_once: bool = False):
+        self.calls, self.release = [], threading.Event()
+        self.raise_on, self.interrupt_once = raise_on, interrupt_once
+
+    def __call__(self, items: list) -> list:
+        self.calls.append(list(items))
+        if len(self.calls) == 1:
+            self.release.wait(JOIN_TIMEOUT)
+        elif self.interrupt_once:
+            self.interrupt_once = False
+            raise KeyboardInterrupt
+        if self.raise_on in items:
+            raise ValueError(f"bad item {self.raise_on}")
+        return [x * 10 for x in items]
+
+
+def _queue_behind_a_running_call(run: _BlockingRun, n_waiting: int):
+    """Call 0 runs (and blocks); calls 1..n_waiting then queue behind it; returns the batcher, threads and answers."""
+    batcher = RequestBatcher(run)
+    first, answers = _start(lambda x: batcher([x])[0], [0])
+    _wait_until(lambda: len(run.calls) == 1)
+    rest, more = _start(lambda x: batcher([x])[0], list(range(1, n_waiting + 1)))
+    _wait_until(lambda: len(batcher._queue) == n_waiting)
+    run.release.set()
+    _join(first + rest)
+    return {**answers, **more}
+
+
+def test_calls_arriving_during_a_batch_run_together_as_the_next_batch():
+    run = _BlockingRun()
+    answers = _queue_behind_a_running_call(run, 7)
+    assert run.calls[0] == [0] and sorted(run.calls[1]) == list(range(1, 8)) and len(run.calls) == 2
+    assert answers == {x: x * 10 for x in range(8)}
+
+
+def test_an_error_in_a_merged_batch_reaches_only_the_caller_whose_input_raised():
+    run = _BlockingRun(raise_on=3)
+    answers = _queue_behind_a_running_call(run, 7)
+    assert isinstance(answers.pop(3), ValueError)
+    assert answers == {x: x * 10 for x in range(8) if x != 3}
+
+
+def test_an_interrupted_leader_leaves_its_batch_to_the_waiting_threads():
+    """The second batch's leader gets KeyboardInterrupt; the other calls of that batch are answered all the same."""
+    run = _BlockingRun(interrupt_once=True)
+    answers = _queue_behind_a_running_call(run, 7)
+    interrupted = [x for x, answer in answers.items() if isinstance(answer, KeyboardInterrupt)]
+    assert len(interrupted) == 1
+    assert {x: a for x, a in answers.items() if x not in interrupted} == {x: x * 10 for x in range(8) if x not in interrupted}
+
+
+def test_batch_wait_ms_holds_a_lone_call_for_others_to_join():
+    run = _BlockingRun()
+    run.release.set()
+    batcher = RequestBatcher(run, wait_ms=2000)
+    first, answers = _start(lambda x: batcher([x])[0], [0])
+    _wait_until(lambda: batcher._leading)
+    second, more = _start(lambda x: batcher([x])[0], [1])
+    _join(first + second)
+    assert [sorted(c) for c in run.calls] == [[0, 1]] and {**answers, **more} == {0: 0, 1: 10}
+
+
+@pytest.mark.parametrize("bad", [-1, "5", True])
+def test_bad_batch_waits_are_refused(bad):
+    with pytest.raises(ValueError, match="batch_wait_ms"):
+        RequestBatcher(list, wait_ms=bad)
+
+
+def test_8_threads_one_sentence_each_on_a_shared_embedder_give_the_serial_vectors(allennlp_files):
+    """Within float32 rounding (atol 1e-6 on values of order 1): a merged batch pads and orders rows differently."""
+    sentences = [tuple(s) for s in _thread_sentences(8, seed=11)]
+    serial = ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)
+    shared = ElmoEmbedder(*allennlp_files)
+    threads, answers = _start(lambda s: shared.embed_sentence(list(s)), sentences)
+    _join(threads)
+    for sentence, expected in zip(sentences, serial):
+        np.testing.assert_allclose(answers[sentence], expected, atol=1e-6, rtol=0)
+
+
+def test_8_threads_one_doc_each_on_a_shared_pipeline_give_the_serial_vectors():
+    texts = [" ".join(s) for s in _thread_sentences(8, seed=12)]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config())
+    serial = {text: doc._.elmo for text, doc in zip(texts, nlp.pipe(texts, batch_size=1))}
+    threads, answers = _start(lambda text: nlp(text)._.elmo, texts)
+    _join(threads)
+    for text in texts:
+        np.testing.assert_allclose(answers[text], serial[text], atol=1e-6, rtol=0)
+
+
+def test_a_doc_that_raises_fails_its_own_call_and_no_other(monkeypatch):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config())
+    texts = [" ".join(s) for s in _thread_sentences(8, seed=13)]
+    serial = {text: nlp(text)._.elmo for text in texts}
+    elmo = nlp.get_pipe("elmo")
+    predict = elmo._predict
+
+    def failing(docs):
+        if any(doc.text == texts[5] for doc in docs):
+            raise RuntimeError("this Doc fails")
+        return predict(docs)
+
+    monkeypatch.setattr(elmo, "_predict", failing)
+    threads, answers = _start(lambda text: nlp(text)._.elmo, texts)
+    _join(threads)
+    assert isinstance(answers.pop(texts[5]), RuntimeError)
+    for text, vectors in answers.items():
+        np.testing.assert_allclose(vectors, serial[text], atol=1e-6, rtol=0)
+
+
+def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one_before(allennlp_files):
+    """Replaying the calls serially in the order they ran on a fresh stateful embedder gives the same vectors."""
+    sentences = [tuple(s) for s in _thread_sentences(8, seed=14)]
+    shared = ElmoEmbedder(*allennlp_files, stateful=True)
+    order, running, overlap = [], [], []
+    per_sentence = shared._batches.per_sentence
+
+    def recording(batch, cap):
+        running.append(1)
+        overlap.append(len(running))
+        order.append([tuple(s) for s in batch])
+        try:
+            return per_sentence(batch, cap)
+        finally:
+            running.pop()
+
+    shared._batches.per_sentence = recording
+    threads, answers = _start(lambda s: shared.embed_sentence(list(s)), sentences)
+    _join(threads)
+    assert max(overlap) == 1 and all(len(call) == 1 for call in order)
+    replay = ElmoEmbedder(*allennlp_files, stateful=True)
+    for (sentence,) in order:
+        np.testing.assert_allclose(answers[sentence], replay.embed_sentence(list(sentence)), atol=1e-6, rtol=0)
+
+
+def test_a_stateful_pipeline_runs_calls_one_at_a_time(monkeypatch):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(stateful=True))
+    elmo = nlp.get_pipe("elmo")
+    predict, running, sizes = elmo._predict, [], []
+
+    def recording(docs):
+        running.append(1)
+        sizes.append((len(running), len(docs)))
+        try:
+            return predict(docs)
+        finally:
+            running.pop()
+
+    monkeypatch.setattr(elmo, "_predict", recording)
+    threads, answers = _start(lambda text: nlp(text)._.elmo.shape, [" ".join(s) for s in _thread_sentences(8, seed=15)])
+    _join(threads)
+    assert sizes == [(1, 1)] * 8 and not any(isinstance(a, BaseException) for a in answers.values())

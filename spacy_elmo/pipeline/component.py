@@ -19,7 +19,7 @@ from thinc.types import Floats2d, Floats3d
 from ..sources.download import resolve_model
 from ..errors import ElmoWeightsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
-from ..util.threads import DEFAULT_THREADS, check_threads, torch_threads
+from ..util.threads import DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
 from .architectures import (
     bilm_options,
     bilm_settings,
@@ -65,6 +65,8 @@ class ElmoOutput(NamedTuple):
         "vector_hooks": True,
         "train_cache_mb": 1024,
         "threads": DEFAULT_THREADS,
+        "batch_requests": True,
+        "batch_wait_ms": 0.0,
     },
 )
 def make_elmo(
@@ -79,6 +81,8 @@ def make_elmo(
     vector_hooks: bool,
     train_cache_mb: float,
     threads: Optional[int],
+    batch_requests: bool,
+    batch_wait_ms: float,
 ) -> "Elmo":
     """Build the ``elmo`` component; see :class:`Elmo` for the settings.
 
@@ -102,6 +106,8 @@ def make_elmo(
         vector_hooks=vector_hooks,
         train_cache_mb=train_cache_mb,
         threads=threads,
+        batch_requests=batch_requests,
+        batch_wait_ms=batch_wait_ms,
     )
 
 
@@ -121,7 +127,10 @@ class Elmo(TrainablePipe):
     :class:`LayerHandoff`, which releases each Doc's layers once every listener has read them.
     ``train_cache_mb``: memory for layers of training sentences (frozen, stateless biLM only; 0
     turns the cache off). ``threads``: torch CPU threads while predicting (default 1; null keeps
-    torch's own setting), set for each call only, as for ``ElmoEmbedder``.
+    torch's own setting), set for each call only, as for ``ElmoEmbedder``. ``batch_requests``: Docs of calls
+    from several threads (``nlp(text)`` in a web app) that arrive while the biLM is busy run through it together
+    when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: how long a call finding it free waits for others
+    (default 0). A stateful biLM runs one call at a time instead, never merged.
     """
 
     def __init__(
@@ -138,6 +147,8 @@ class Elmo(TrainablePipe):
         vector_hooks: bool = True,
         train_cache_mb: float = 1024,
         threads: Optional[int] = DEFAULT_THREADS,
+        batch_requests: bool = True,
+        batch_wait_ms: float = 0.0,
     ):
         check_mix_spec(mix)
         if train_cache_mb < 0:
@@ -159,6 +170,8 @@ class Elmo(TrainablePipe):
         self.vector_hooks = vector_hooks
         self.layer_cache = LayerCache(int(train_cache_mb * 2**20))
         self.threads = check_threads(threads)
+        self.batch_requests = batch_requests
+        self._requests = RequestBatcher(self._predict_now, batch_wait_ms)
         self._configure_model()
 
     def _configure_model(self) -> None:
@@ -230,6 +243,15 @@ class Elmo(TrainablePipe):
     def predict(self, docs: Iterable[Doc]) -> List[ElmoOutput]:
         """Layers (for listeners and ``store_layers``) and/or mixed vectors of each Doc; nothing if nothing is stored."""
         docs = list(docs)
+        if not docs:
+            return []
+        stateful = self.bilm_settings["stateful"]
+        if stateful or self.batch_requests:
+            return self._requests(docs, merge=not stateful)
+        return self._predict_now(docs)
+
+    def _predict_now(self, docs: List[Doc]) -> List[ElmoOutput]:
+        """What :meth:`predict` gives for ``docs``, computed by this thread now."""
         _single_thread_in_worker_process()
         with torch_threads(self.threads):
             return self._predict(docs)
