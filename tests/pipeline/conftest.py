@@ -1,10 +1,14 @@
-"""Fixtures of the pipeline tests: blank English pipelines with the tiny reference biLM, and a CoNLL-2003 slice."""
+"""Fixtures of the pipeline tests: blank English pipelines with the tiny reference biLM, a tagger that listens to
+it on three tagged sentences, and a CoNLL-2003 slice."""
 from pathlib import Path
 from typing import List, Tuple
 
 import pytest
 import spacy
 from spacy.language import Language
+from spacy.tokens import Doc
+from spacy.training import Example
+from thinc.api import Adam, fix_random_seed
 
 from spacy_elmo.pipeline.architectures import ARCHITECTURE, BILM_SETTINGS
 
@@ -27,6 +31,41 @@ def make_nlp(**overrides) -> Language:
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(**overrides))
     return nlp
+
+
+TAGGER = {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1"}}}
+TRAIN = [
+    ("The cat sat on the mat .", "DT NN VBD IN DT NN ."),
+    ("Dogs bark at night .", "NNS VBP IN NN ."),
+    ("She reads a long book .", "PRP VBZ DT JJ NN ."),
+]
+PROBES = ["A dog sat on the book .", "Night falls .", "She sat ."]
+
+
+def tagger_pipeline(taggers=("tagger",), **elmo_overrides) -> Language:
+    """``elmo`` with every store_* setting off, then listening taggers, initialized on :data:`TRAIN`."""
+    fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(store_vectors=False, **elmo_overrides))
+    for name in taggers:
+        nlp.add_pipe("tagger", name=name, config=TAGGER)
+    nlp.initialize(lambda: examples(nlp))
+    return nlp
+
+
+def examples(nlp: Language) -> List[Example]:
+    """:data:`TRAIN` as Examples of ``nlp``'s vocabulary."""
+    return [
+        Example(Doc(nlp.vocab, words=text.split()), Doc(nlp.vocab, words=text.split(), tags=tags.split()))
+        for text, tags in TRAIN
+    ]
+
+
+def train_losses(nlp: Language, steps: int, **update_kwargs) -> List[float]:
+    """The tagger's loss after each of ``steps`` updates on :data:`TRAIN` with Adam(0.01)."""
+    optimizer = Adam(0.01)
+    train = examples(nlp)
+    return [nlp.update(train, sgd=optimizer, **update_kwargs)["tagger"] for _ in range(steps)]
 
 
 def conll_train() -> Path:

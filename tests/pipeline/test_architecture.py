@@ -13,8 +13,7 @@ from thinc.api import Config
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.pipeline.architectures import BILM_SETTINGS, DEFAULT_CACHE_SIZE
 
-from tests.pipeline.conftest import OPTIONS, WEIGHTS
-from tests.pipeline.test_handoff import TAGGER, examples
+from tests.pipeline.conftest import OPTIONS, TAGGER, WEIGHTS, examples
 
 SENTENCE = "The cat sat on the mat .".split()
 SETTINGS = {"options_file": OPTIONS, "weight_file": WEIGHTS, "initial_state": "zeros", "max_sentence_tokens": 4}

@@ -1,52 +1,15 @@
 """Listeners get the biLM layers without anything left on the Docs (``LayerHandoff``)."""
 import gc
 import warnings
-from typing import List
 
 import numpy as np
 import pytest
 import spacy
-from spacy.language import Language
 from spacy.tokens import Doc
-from spacy.training import Example
-from thinc.api import Adam, fix_random_seed
 
 from spacy_elmo.pipeline.handoff import LayerHandoff, LayersAlreadyReadError
 
-from tests.pipeline.conftest import elmo_config
-
-TAGGER = {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1"}}}
-TRAIN = [
-    ("The cat sat on the mat .", "DT NN VBD IN DT NN ."),
-    ("Dogs bark at night .", "NNS VBP IN NN ."),
-    ("She reads a long book .", "PRP VBZ DT JJ NN ."),
-]
-PROBES = ["A dog sat on the book .", "Night falls .", "She sat ."]
-
-
-def tagger_pipeline(taggers=("tagger",), **elmo_overrides) -> Language:
-    """``elmo`` with every store_* setting off, then listening taggers, initialized on :data:`TRAIN`."""
-    fix_random_seed(0)
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config=elmo_config(store_vectors=False, **elmo_overrides))
-    for name in taggers:
-        nlp.add_pipe("tagger", name=name, config=TAGGER)
-    nlp.initialize(lambda: examples(nlp))
-    return nlp
-
-
-def examples(nlp: Language) -> List[Example]:
-    return [
-        Example(Doc(nlp.vocab, words=text.split()), Doc(nlp.vocab, words=text.split(), tags=tags.split()))
-        for text, tags in TRAIN
-    ]
-
-
-def train_losses(nlp: Language, steps: int, **update_kwargs) -> List[float]:
-    optimizer = Adam(0.01)
-    train = examples(nlp)
-    return [nlp.update(train, sgd=optimizer, **update_kwargs)["tagger"] for _ in range(steps)]
-
+from tests.pipeline.conftest import PROBES, tagger_pipeline, train_losses
 
 def test_a_doc_of_a_listener_pipeline_holds_no_layers_and_serializes_without_warning():
     nlp = tagger_pipeline()

@@ -10,7 +10,7 @@ from thinc.api import Model
 
 from spacy_elmo.pipeline.listener import NOT_LINKED, is_listener, listener_state
 
-from tests.pipeline.test_handoff import PROBES, tagger_pipeline, train_losses
+from tests.pipeline.conftest import PROBES, tagger_pipeline, train_losses
 
 COPIES = {"Model.copy": lambda model: model.copy(), "copy.deepcopy": copy.deepcopy}
 

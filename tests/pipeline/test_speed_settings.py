@@ -6,8 +6,7 @@ import spacy
 
 from spacy_elmo import ElmoEmbedder
 
-from tests.pipeline.conftest import OPTIONS, WEIGHTS, make_nlp
-from tests.pipeline.test_handoff import tagger_pipeline, train_losses
+from tests.pipeline.conftest import OPTIONS, WEIGHTS, make_nlp, tagger_pipeline, train_losses
 
 TEXTS = ["The cat sat on the mat .", "Dogs bark at the cat at night .", "The the the cat ."]
 

@@ -14,8 +14,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from spacy_elmo.pipeline.extensions import install_extensions
-from tests.pipeline.conftest import make_nlp
-from tests.pipeline.test_handoff import TAGGER, examples
+from tests.pipeline.conftest import TAGGER, examples, make_nlp
 
 TEXTS = [f"Text number {i} , with {'more ' * (i % 11)}words ." if i % 9 else "" for i in range(40)]
 
