@@ -48,9 +48,10 @@ def _kill_step(path: Path) -> Optional[str]:
     spec = os.environ.get(KILL_AT_VAR)
     if not spec:
         return None
-    target, step, nth = spec.rsplit(":", 2)
-    if step not in WRITE_STEPS or not nth.isdigit():
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or parts[1] not in WRITE_STEPS or not parts[2].isdigit():
         raise ValueError(f"{KILL_AT_VAR}={spec!r}: expected <path>:<step>:<n> with step one of {WRITE_STEPS}")
+    target, step, nth = parts
     key = path.resolve()
     if Path(target).resolve() != key:
         return None
