@@ -6,8 +6,9 @@
 the held-out text, tokenized here by spaCy's English tokenizer and written as tokens joined by spaces, so that
 the lent machine (no spaCy) trains on the same tokens (``[corpus] pretokenized``). ``OUT/wheels/``
 (``--wheels``, needs pip and the network): the packages the pretraining path imports that the lent machine
-lacks (WHEELS, the versions installed here). Prints the MiB that would travel (tracked and untracked files
-that git does not ignore, plus OUT) and fails over the 64 MiB a lent machine accepts. OUT is git-ignored;
+lacks (WHEELS, the versions installed here). Prints the MiB that would travel from a clean clone (the files git
+tracks, plus OUT) and fails over the 64 MiB a lent machine accepts; untracked files that git does not ignore
+travel too, so their MiB are named apart, as a warning (commit, ignore or remove them). OUT is git-ignored;
 name it in the device call's ``carry``.
 """
 import argparse
@@ -58,13 +59,18 @@ def download_wheels(target: Path) -> List[Path]:
     return sorted(target.glob("*.whl"))
 
 
-def travel_bytes(extra: Path) -> int:
-    """Bytes a device call sends: tracked and untracked-not-ignored files, plus the folder ``extra``."""
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
+def listed_bytes(root: Path, *options: str) -> int:
+    """Bytes of the files ``git ls-files OPTIONS`` lists in the checkout ``root`` (a listed file deleted from the
+    working tree counts nothing)."""
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", *options],
                             capture_output=True, check=True).stdout.decode().split("\0")
-    files = [ROOT / name for name in listed if name and (ROOT / name).is_file()]
-    files += [p for p in extra.rglob("*") if p.is_file()]
-    return sum(p.stat().st_size for p in files)
+    return sum((root / name).stat().st_size for name in listed if name and (root / name).is_file())
+
+
+def travel_bytes(root: Path, extra: Path) -> int:
+    """Bytes a device call sends from a clean clone at ``root``: the files git tracks, plus the folder ``extra``.
+    Untracked and ignored files are left out, so the figure does not grow with what a session left in the tree."""
+    return listed_bytes(root) + sum(p.stat().st_size for p in extra.rglob("*") if p.is_file())
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -87,8 +93,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     print(f"corpus: {lines:,} training lines in {len(shards)} files, {dev:,} held-out lines -> {corpus}")
     if args.wheels:
         print(f"wheels: {', '.join(p.name for p in download_wheels(args.out / 'wheels'))}")
-    mib = travel_bytes(args.out) / 2**20
+    mib = travel_bytes(ROOT, args.out) / 2**20
     print(f"would travel: {mib:.1f} MiB (limit {LIMIT_MIB})")
+    untracked = listed_bytes(ROOT, "-o", "--exclude-standard") / 2**20
+    if untracked >= 0.1:
+        print(f"⚠ {untracked:.1f} MiB of untracked files that git does not ignore would travel too: commit, ignore or remove them")
     if mib > LIMIT_MIB:
         raise SystemExit(f"✘ {mib:.1f} MiB would travel, over the {LIMIT_MIB} MiB limit: lower --train-mib")
 

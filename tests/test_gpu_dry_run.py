@@ -91,8 +91,28 @@ def test_gpu_pretraining_dry_run_trains_checks_and_returns_files_without_spacy(t
     assert {"confection", "pydantic"} <= imported  # the config path needs them: hence the wheels
 
 
-def _wheels():
+def _gpu_bundle():
     spec = importlib.util.spec_from_file_location("gpu_bundle", ROOT / "scripts" / "gpu_bundle.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.WHEELS
+    return module
+
+
+def _wheels():
+    return _gpu_bundle().WHEELS
+
+
+def test_what_would_travel_is_the_tracked_files_and_the_bundle_whatever_else_lies_in_the_tree(tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    tree = subprocess.run(["git", "-C", str(clone), "ls-tree", "-r", "-l", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout
+    committed = sum(int(line.split()[3]) for line in tree.splitlines())
+    bundle = tmp_path / "bundle"
+    (bundle / "corpus").mkdir(parents=True)
+    (bundle / "corpus" / "train-000.txt.gz").write_bytes(b"x" * 1234)
+    for big in (clone / "runs" / "ignored.bin", clone / "untracked.bin"):  # /runs/ is git-ignored
+        big.parent.mkdir(exist_ok=True)
+        with open(big, "wb") as f:
+            f.truncate(80 * 2**20)
+    assert _gpu_bundle().travel_bytes(clone, bundle) == committed + 1234
