@@ -83,9 +83,10 @@ def list_models(
     match: Optional[str] = typer.Argument(None, help="Only models whose name contains this, or of this language (e.g. de)"),
     only_downloaded: bool = typer.Option(False, "--downloaded", help="Only the published models already downloaded"),
 ) -> None:
-    """List the cache folder, the embedded models, and the published models download knows (* marks those downloaded)."""
+    """List the cache folder, the embedded models, and the published models download knows (* marks those
+    downloaded), each with its size, training data, URL, licence and citation."""
     from ..sources.catalog import CATALOG
-    from ..sources.resolve import DATA_DIR, EMBEDDED_MODELS
+    from ..sources.resolve import EMBEDDED_MODELS, embedded_model_size
     from ..sources.download import cache_dir, downloaded
     from ..model.precision import suggested_precision
 
@@ -93,13 +94,14 @@ def list_models(
         return match is None or match.lower() in name.lower() or match.lower() == language.lower()
 
     present = downloaded()
-    embedded: Dict[str, str] = {name: lang for lang, name in EMBEDDED_MODELS.items() if wanted(name, lang)}
+    embedded: Dict[str, str] = {
+        name: lang for lang, name in EMBEDDED_MODELS.items() if wanted(name, lang) and not only_downloaded
+    }
     published = [
         e for e in CATALOG.values() if wanted(e.name, e.language) and (e.name in present or not only_downloaded)
     ]
-    if not embedded and not published:
-        typer.echo(f"✘ No model matches {match!r}{' among those downloaded' if only_downloaded else ''}. See: "
-                   f"python -m spacy_elmo list", err=True)
+    if not embedded and not published and not only_downloaded:
+        typer.echo(f"✘ No model matches {match!r}. See: python -m spacy_elmo list", err=True)
         raise typer.Exit(1)
     typer.echo(f"Cache: {cache_dir()}")
     precision, why = suggested_precision()
@@ -107,15 +109,27 @@ def list_models(
     if embedded:
         typer.echo("Embedded in the package (no download; used for their language when no model is given):")
     for name, lang in embedded.items():
-        size = (DATA_DIR / name / "weights.hdf5").stat().st_size / 1e6
-        typer.echo(f"  {name:18} {lang}  {size:.1f} MB, in {DATA_DIR / name}")
+        folder, size = embedded_model_size(name)
+        typer.echo(f"  {name:18} {lang}  {size}, in {folder}")
     if published:
         typer.echo("Published (python -m spacy_elmo download NAME):")
     elif only_downloaded:
-        typer.echo("No published model is downloaded yet (python -m spacy_elmo download NAME).")
+        which = "" if match is None else f" matching {match!r}"
+        typer.echo(f"No published model{which} is downloaded yet (python -m spacy_elmo download NAME).")
+    citations: List[str] = []
     for entry in published:
+        if entry.citation not in citations:
+            citations.append(entry.citation)
         mark = "*" if entry.name in present else " "
-        typer.echo(f"{mark} {entry.name:16} {entry.description}\n    size: {entry.size}\n    data: {entry.training_data}")
+        typer.echo(
+            f"{mark} {entry.name:16} {entry.description}\n    size: {entry.size}\n    data: {entry.training_data}\n"
+            f"    url: {'  '.join(entry.urls.values())}\n    licence: {entry.license}\n"
+            f"    cite: [{citations.index(entry.citation) + 1}]"
+        )
+    if citations:
+        typer.echo("Citations:")
+    for number, citation in enumerate(citations, start=1):
+        typer.echo(f"[{number}] {citation}")
 
 
 @app.command("init-config")
@@ -123,17 +137,17 @@ def init_config(
     output_file: Path = typer.Argument(..., help="Where to write the config (.cfg); '-' for stdout"),
     preset: str = typer.Option("tiny", "--preset", "-p", help=f"Architecture: one of {', '.join(PRESET_NAMES)}"),
 ) -> None:
-    """Write a complete pretraining config for a preset architecture."""
-    from ..pretrain.config import default_config
+    """Write a complete pretraining config for a preset architecture, with bf16 on where this machine has native bf16."""
+    from ..pretrain.config import init_config_text
 
     try:
-        config = default_config(preset)
+        text = init_config_text(preset)
     except ElmoError as err:
         raise typer.BadParameter(str(err)) from None
     if str(output_file) == "-":
-        typer.echo(config.to_str())
+        typer.echo(text)
     else:
-        config.to_disk(output_file)
+        output_file.write_text(text, encoding="utf-8")
         typer.echo(f"Wrote {output_file} (preset {preset!r}). Train with: python -m spacy_elmo pretrain {output_file} OUTPUT_DIR --paths.train TEXT")
 
 
@@ -159,6 +173,8 @@ def pretrain(
     try:
         with user_errors():
             with Trainer(config, raw, output_dir) as trainer:  # under torchrun, leaving it ends the process group
+                if trainer.rank == 0:
+                    typer.echo(f"Training in {trainer.precision} on {trainer.device} ({trainer.precision_reason})")
                 result = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
         typer.echo(f"Interrupted: checkpoint saved in {output_dir}; run the same command to resume.", err=True)

@@ -15,11 +15,13 @@ back from the ``Doc._.elmo`` those keep. ``doc.tensor`` is no substitute: spaCy'
 
 The layers listening components read are not kept on the Doc (see ``handoff.py``).
 """
-from typing import Iterable, Iterator, Optional, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 from thinc.types import Floats1d, Floats2d, Floats3d
+
+from ..errors import ElmoPipelineError
 
 
 def install_extensions() -> None:
@@ -78,7 +80,7 @@ def install_vector_hooks(doc: Doc) -> Doc:
     and Tokens use ``Doc._.elmo`` (cosine similarity); returns the Doc. Hooks are not serialized with the Doc."""
     install_extensions()
     if doc._.elmo is None:
-        raise ValueError(
+        raise ElmoPipelineError(
             "This Doc has no Doc._.elmo to take its vectors from: run it through a pipeline with the 'elmo' "
             "component (store_vectors = true), and keep Doc._.elmo when saving Docs (DocBin(store_user_data=True))"
         )
@@ -92,11 +94,19 @@ def install_vector_hooks(doc: Doc) -> Doc:
     return doc
 
 
-def with_vector_hooks(docs: Iterable[Doc]) -> Iterator[Doc]:
-    """Each Doc with the similarity hooks put back, for Docs that spaCy rebuilt from bytes, which drops them:
-    ``with_vector_hooks(nlp.pipe(texts, n_process=2))``, ``with_vector_hooks(doc_bin.get_docs(nlp.vocab))``."""
-    for doc in docs:
-        yield install_vector_hooks(doc)
+def with_vector_hooks(docs: Iterable[Doc]) -> Iterable[Doc]:
+    """The Docs with the similarity hooks put back, for Docs that spaCy rebuilt from bytes, which drops them.
+
+    A list (any sequence) is changed in place and returned, so the hooks are back whether or not the result is
+    used: ``with_vector_hooks(docs)``. Any other iterable, such as ``nlp.pipe(texts, n_process=2)`` or
+    ``doc_bin.get_docs(nlp.vocab)``, is wrapped: each Doc gets its hooks as it is read, so the stream stays lazy
+    and only the Docs read have them.
+    """
+    if isinstance(docs, Sequence):
+        for doc in docs:
+            install_vector_hooks(doc)
+        return docs
+    return (install_vector_hooks(doc) for doc in docs)
 
 
 def to_numpy_f32(array: Union[Floats2d, Floats3d]) -> np.ndarray:

@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .catalog import ModelEntry, UnknownModelError, get_entry
+from .catalog import CATALOG, ModelEntry, UnknownModelError, get_entry
 from ..errors import DownloadError, ElmoError, NotDownloadedError
 from ..util.files import PathLike, atomic_write
 
@@ -101,6 +101,14 @@ def fetch(url: str, target: Path, timeout: float = DEFAULT_TIMEOUT, progress: bo
     os.replace(part, target)
 
 
+def offline_hint(name: str, entry: Optional[ModelEntry] = None, flags: str = "") -> str:
+    """How to get the model ``name`` (catalogue ``entry``, if known) on a machine without network: its files
+    fetched elsewhere, registered with ``--from``."""
+    where = " and ".join(entry.urls.values()) if entry else "its publisher"
+    return (f"without network: fetch the files from {where} on another machine, then run python -m spacy_elmo "
+            f"download {name} {flags}--from PATH")
+
+
 def model_dir(name: str, cache: Optional[Path] = None) -> Path:
     return (cache or cache_dir()) / name
 
@@ -112,21 +120,24 @@ def _read_manifest(folder: Path) -> Optional[Dict]:
         return None
 
 
-def verify(name: str, cache: Optional[Path] = None) -> Tuple[Path, Path]:
-    """The model's files if its manifest exists and they still have the recorded SHA-256; else an error."""
+def verify(name: str, cache: Optional[Path] = None, catalog: Optional[Dict[str, ModelEntry]] = None) -> Tuple[Path, Path]:
+    """The model's files if its manifest exists and they still have the recorded SHA-256; else an error that says
+    how to get it, with and without network."""
+    entry = (CATALOG if catalog is None else catalog).get(name)
     folder = model_dir(name, cache)
     manifest = _read_manifest(folder)
     if manifest is None:
         raise NotDownloadedError(
             f"The ELMo model {name!r} is not downloaded (looked in {folder}). Get it with: "
-            f"python -m spacy_elmo download {name}"
+            f"python -m spacy_elmo download {name} ({offline_hint(name, entry)})"
         )
     for file, digest in manifest["sha256"].items():
         path = folder / file
         if not path.is_file() or sha256_of(path) != digest:
             raise NotDownloadedError(
                 f"The downloaded ELMo model {name!r} has changed on disk since it was verified ({path} is missing or "
-                f"its SHA-256 differs). Download it again with: python -m spacy_elmo download {name} --force"
+                f"its SHA-256 differs). Download it again with: python -m spacy_elmo download {name} --force "
+                f"({offline_hint(name, entry, '--force ')})"
             )
     return folder / "options.json", folder / "weights.hdf5"
 
@@ -134,7 +145,7 @@ def verify(name: str, cache: Optional[Path] = None) -> Tuple[Path, Path]:
 def resolve_model(name: str, cache: Optional[Path] = None, catalog: Optional[Dict[str, ModelEntry]] = None) -> Tuple[Path, Path]:
     """``(options_file, weight_file)`` of the downloaded model ``name``; a clear error if it is unknown or missing."""
     get_entry(name, catalog)
-    return verify(name, cache)
+    return verify(name, cache, catalog)
 
 
 def is_name(options_file, weight_file) -> bool:
@@ -179,7 +190,7 @@ def download(
     folder = model_dir(name, cache)
     if not force:
         try:
-            found = verify(name, cache)
+            found = verify(name, cache, catalog)
         except NotDownloadedError:
             pass
         else:
@@ -275,7 +286,10 @@ def _get(
     is); returns its source as a URL."""
     if given is None:
         log(f"Fetching {entry.urls[role]}")
-        fetch(entry.urls[role], target, timeout, progress)
+        try:
+            fetch(entry.urls[role], target, timeout, progress)
+        except DownloadError as err:
+            raise DownloadError(f"{err} Or, {offline_hint(entry.name, entry)}.") from None
         return entry.urls[role]
     source = given[role].resolve()
     if source != target.resolve():
@@ -287,7 +301,7 @@ def _get(
 def _retry(entry: ModelEntry, given: Optional[Dict[str, Path]]) -> str:
     """What to do after a failed verification, for a download or for files fetched by hand."""
     if given is None:
-        return "Run the same command to fetch it again."
+        return f"Run the same command to fetch it again ({offline_hint(entry.name, entry)})."
     return f"Fetch the files again from {' and '.join(entry.urls.values())}, then rerun the command."
 
 
@@ -332,7 +346,5 @@ def _clean_failed(folder: Path) -> None:
 
 def downloaded(cache: Optional[Path] = None) -> Dict[str, Path]:
     """Names in the catalogue with a manifest in the cache (not re-verified)."""
-    from .catalog import CATALOG
-
     root = cache or cache_dir()
     return {name: root / name for name in CATALOG if (root / name / MANIFEST).exists()}

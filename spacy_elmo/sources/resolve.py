@@ -7,8 +7,8 @@ import warnings
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from .download import check_name, is_name, verify
-from ..errors import ElmoWeightsError
+from .download import MANIFEST, check_name, is_name, model_dir, verify
+from ..errors import ElmoSettingsError, ElmoWeightsError, NotDownloadedError
 from ..util.files import PathLike
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -34,6 +34,13 @@ def embedded_model_dir(lang: str = DEFAULT_LANG) -> Path:
     return DATA_DIR / name
 
 
+def embedded_model_size(name: str) -> Tuple[Path, str]:
+    """The folder of the embedded model ``name`` and its size on disk, as the docs state it (decimal MB)."""
+    folder = DATA_DIR / name
+    size = sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
+    return folder, f"{size / 1e6:.1f} MB"
+
+
 def check_model_files(
     options_file: Optional[PathLike], weight_file: Optional[PathLike], names: Tuple[str, str] = ("options_file", "weight_file")
 ) -> None:
@@ -43,10 +50,34 @@ def check_model_files(
         check_name(str(options_file))
         return
     if (options_file is None) != (weight_file is None):
-        raise ValueError(
+        raise ElmoSettingsError(
             f"Give both {names[0]} and {names[1]} (the biLM's options.json and its weights .hdf5), or neither to "
             f"use the ELMo model embedded in spacy-elmo"
         )
+
+
+def check_downloaded(name: str) -> None:
+    """Refuse a name that is not a published model's, or whose model is not downloaded: its manifest is missing
+    (cheap: no file is read; the checksums are verified when the model loads)."""
+    check_name(name)
+    folder = model_dir(name)
+    if not (folder / MANIFEST).is_file():
+        raise NotDownloadedError(
+            f"The ELMo model {name!r} is not downloaded (looked in {folder}). Get it with: python -m spacy_elmo "
+            f"download {name}, or from files fetched by hand: python -m spacy_elmo download {name} --from PATH"
+        )
+
+
+def check_model_source(options_file: Optional[PathLike]) -> None:
+    """Refuse an ``options_file`` that is a name (no folder, no ``.json``, no such file) of a model that is not
+    published or not downloaded. A path passes even where it is missing: a saved pipeline names the files it was
+    trained from, which need not exist where it is loaded (it carries the weights)."""
+    if options_file is None or Path(options_file).is_file():
+        return
+    text = str(options_file)
+    if "/" in text or "\\" in text or Path(text).suffix == ".json":
+        return
+    check_downloaded(text)
 
 
 def model_files(

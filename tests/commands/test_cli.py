@@ -74,3 +74,31 @@ def test_list_says_which_precision_suits_the_cpu(monkeypatch, vnni, bf16, expect
     line = CliRunner().invoke(app, ["list", "zh"]).output.splitlines()[1]
     assert line.startswith(f"Precision for this machine: '{expected}'")
     assert ("'bf16' is closer to fp32" in line) == (vnni and bf16)
+
+
+def test_list_gives_each_published_model_its_urls_licence_and_citation(tmp_path):
+    from spacy_elmo.sources.catalog import CATALOG
+
+    output = CliRunner().invoke(app, ["list"], env={"SPACY_ELMO_CACHE": str(tmp_path)}).output
+    cited = dict(re.findall(r"^\[(\d+)\] (.+)$", output, re.MULTILINE))
+    for entry in CATALOG.values():
+        block = re.search(rf"^  {re.escape(entry.name)} .*?\n((?:    .*\n)+)", output, re.MULTILINE).group(1)
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.MULTILINE))
+        assert fields["url"].split() == list(entry.urls.values())
+        assert fields["licence"] == entry.license
+        assert cited[fields["cite"].strip("[]")] == entry.citation
+
+
+def test_list_downloaded_shows_no_embedded_model(tmp_path):
+    output = CliRunner().invoke(app, ["list", "--downloaded"], env={"SPACY_ELMO_CACHE": str(tmp_path)}).output
+    assert "en_gutenberg_tiny" not in output and "zh_classics_tiny" not in output
+    assert "No published model is downloaded yet" in output
+
+
+def test_the_readme_states_the_embedded_models_size_that_list_shows():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    output = CliRunner().invoke(app, ["list"]).output
+    sizes = {re.search(rf"^  {name} +\w+  ([\d.]+ MB),", output, re.MULTILINE).group(1)
+             for name in ("en_gutenberg_tiny", "zh_classics_tiny")}
+    assert len(sizes) == 1
+    assert f"| {sizes.pop()} each, in the package |" in readme

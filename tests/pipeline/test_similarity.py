@@ -74,6 +74,24 @@ def test_docs_from_bytes_get_similarity_back():
     assert_cosines_of_stored_vectors(with_vector_hooks(Doc(nlp.vocab).from_bytes(b) for b in saved))
 
 
+def test_a_list_of_docs_gets_its_hooks_back_in_place_even_if_the_result_is_not_used():
+    nlp = make_nlp()
+    saved = DocBin(store_user_data=True, docs=nlp.pipe([RIVER, MONEY])).to_bytes()
+    docs = list(DocBin().from_bytes(saved).get_docs(nlp.vocab))
+    returned = with_vector_hooks(docs)
+    assert returned is docs
+    assert_cosines_of_stored_vectors(docs)
+
+
+def test_a_stream_of_docs_is_wrapped_and_gets_its_hooks_as_it_is_read():
+    nlp = make_nlp()
+    saved = DocBin(store_user_data=True, docs=nlp.pipe([RIVER, MONEY, RIVER])).to_bytes()
+    stream = with_vector_hooks(DocBin().from_bytes(saved).get_docs(nlp.vocab))
+    first, second = next(stream), next(stream)
+    assert_cosines_of_stored_vectors([first, second])
+    assert "similarity" not in next(DocBin().from_bytes(saved).get_docs(nlp.vocab)).user_hooks  # spaCy drops them
+
+
 def test_a_docbin_without_user_data_is_refused_with_the_setting_that_keeps_the_vectors():
     nlp = make_nlp()
     saved = DocBin(docs=nlp.pipe([RIVER])).to_bytes()

@@ -181,12 +181,13 @@ def test_cli_download_and_missing_model_messages(server, tmp_path, monkeypatch):
 
 def test_pipeline_component_takes_a_model_name(server, tmp_path, monkeypatch):
     import spacy
+    from confection import ConfigValidationError
 
     catalog = _allennlp_entry(server, "small")
     monkeypatch.setattr("spacy_elmo.sources.catalog.CATALOG", catalog)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     nlp = spacy.blank("en")
-    with pytest.raises(NotDownloadedError, match="download small"):
+    with pytest.raises(ConfigValidationError, match="'small' is not the name of a downloaded published model"):
         nlp.add_pipe("elmo", config={"model": "small"})
     download("small", progress=False, timeout=2)
     nlp.add_pipe("elmo", config={"model": "small"})
@@ -327,3 +328,26 @@ def test_the_catalogue_states_the_published_architectures():
                                              "n_highway": 1}
     assert CATALOG["pubmed"].architecture == CATALOG["original"].architecture == {
         "n_layers": 2, "lstm_dim": 4096, "projection_dim": 512, "n_filters": 2048, "n_highway": 2}
+
+
+def test_without_network_download_names_the_way_from_files_fetched_by_hand(tmp_path):
+    catalog = _offline_entry()
+    with pytest.raises(DownloadError, match=r"Cannot reach.*download small --from PATH"):
+        download("small", cache=tmp_path, progress=False, timeout=1, catalog=catalog)
+
+
+def test_a_model_not_downloaded_names_download_with_and_without_network(tmp_path):
+    catalog = _offline_entry()
+    with pytest.raises(NotDownloadedError) as caught:
+        resolve_model("small", cache=tmp_path, catalog=catalog)
+    assert "python -m spacy_elmo download small " in str(caught.value)
+    assert f"from {catalog['small'].urls['options']} and" in str(caught.value)
+    assert str(caught.value).endswith("download small --from PATH)")
+
+
+def test_a_changed_cached_model_names_force_and_from(server, tmp_path):
+    catalog = _allennlp_entry(server)
+    _, weights = download("tiny-allennlp", cache=tmp_path, progress=False, timeout=2, catalog=catalog)
+    weights.write_bytes(weights.read_bytes()[:-10])
+    with pytest.raises(NotDownloadedError, match=r"download tiny-allennlp --force --from PATH"):
+        resolve_model("tiny-allennlp", cache=tmp_path, catalog=catalog)
