@@ -1,9 +1,13 @@
 """Read and write biLM weights in the AllenNLP / bilm-tf ``.hdf5`` layout (TensorFlow conventions, ``y = x @ W``).
 
-Every dataset of the file is checked against the options before a model is built: a missing
-or unexpected key, a wrong shape, a non-float, non-finite or implausibly large array raises
-:class:`~spacy_elmo.errors.ElmoWeightsError` naming the file and the key; then the built biLM
-is run once on a probe and must give finite, bounded vectors. Files are read with h5py only, so
+Every load goes through :func:`_read_datasets`, which checks the file against the options in two
+steps. First its metadata only (dataset names and shapes, no data read): a missing or unexpected
+key or a wrong shape raises :class:`~spacy_elmo.errors.ElmoWeightsError` naming the file, the
+settings that differ (the options' value and the one the weights hold) and the first dataset that
+shows it. This costs the same whatever sizes the options state, and the options themselves are
+bounded by :data:`~spacy_elmo.model.options.SIZE_LIMITS` when they are made. Then each dataset is
+read: a non-float, non-finite or implausibly large array is refused, naming the key; then the built
+biLM is run once on a probe and must give finite, bounded vectors. Files are read with h5py only, so
 loading never runs code from the file.
 
 Why bounds: the AllenNLP files have no checksums, and random bytes over a dataset mostly decode
@@ -24,7 +28,7 @@ layer; the others below 12), and :data:`MAX_ABS_OUTPUT` allows some 2000 times t
 """
 import io
 from pathlib import Path
-from typing import BinaryIO, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import BinaryIO, Callable, Dict, NamedTuple, Optional, Tuple, Union
 
 import h5py
 import numpy as np
@@ -117,6 +121,77 @@ def layout(options: ElmoOptions) -> Dict[str, _Entry]:
     return entries
 
 
+def _shapes(f: h5py.File) -> Dict[str, Tuple[int, ...]]:
+    """Every dataset's name and shape: the file's metadata, no data read."""
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    f.visititems(lambda key, obj: shapes.__setitem__(key, tuple(obj.shape)) if isinstance(obj, h5py.Dataset) else None)
+    return shapes
+
+
+def _count(shapes: Dict[str, Tuple[int, ...]], pattern: str) -> int:
+    """How many of ``pattern.format(0)``, ``pattern.format(1)``, ... are datasets, in a row from 0."""
+    n = 0
+    while pattern.format(n) in shapes:
+        n += 1
+    return n
+
+
+def _settings(shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, object]:
+    """The options' settings that datasets of these names and shapes hold, by their ``options.json`` names.
+
+    Applied to a file's shapes and to :func:`layout`'s for the options, it turns a mismatch into the settings
+    that differ. A setting the shapes do not show (its dataset is missing or not of the expected rank) is left
+    out. ``char_cnn.n_characters`` is the character embedding's rows plus one (262 for byte models).
+    """
+    def axis(key: str, i: int, rank: int) -> Optional[int]:
+        shape = shapes.get(key)
+        return shape[i] if shape is not None and len(shape) == rank else None
+
+    cell = "RNN_0/RNN/MultiRNNCell/Cell{}/LSTMCell/"
+    filters = [shapes[f"CNN/W_cnn_{i}"] for i in range(_count(shapes, "CNN/W_cnn_{}"))]
+    rows = axis("char_embed", 0, 2)
+    found = {
+        "lstm.n_layers": _count(shapes, cell + "B"),
+        "lstm.dim": axis(cell.format(0) + "W_P_0", 0, 2),
+        "lstm.projection_dim": axis("CNN_proj/b_proj", 0, 1),
+        "char_cnn.n_highway": _count(shapes, "CNN_high_{}/W_carry"),
+        "char_cnn.filters": [[s[1], s[3]] for s in filters] if all(len(s) == 4 for s in filters) else None,
+        "char_cnn.embedding.dim": axis("char_embed", 1, 2),
+        "char_cnn.n_characters": None if rows is None else rows + 1,
+        "word_embedding.dim": axis("word_embed", 1, 2) if "word_embed" in shapes else 0,
+        "word_embedding.words": axis("word_embed", 0, 2),
+    }
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def _check_fit(found: Dict[str, Tuple[int, ...]], expected: Dict[str, Tuple[int, ...]], name: str) -> None:
+    """Refuse a file whose dataset names or shapes (``found``) are not the options' (``expected``), saying which
+    settings differ."""
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    if missing or unexpected:
+        problem = "; ".join(
+            f"{what} datasets {keys[:5]}{f' and {len(keys) - 5} more' if len(keys) > 5 else ''}"
+            for what, keys in (("missing", missing), ("unexpected", unexpected))
+            if keys
+        )
+    else:
+        wrong = next((key for key, shape in expected.items() if found[key] != shape), None)
+        if wrong is None:
+            return
+        problem = f"dataset {wrong!r} has shape {found[wrong]}, but the options expect {expected[wrong]}"
+    held, stated = _settings(found), _settings(expected)
+    differ = [
+        f"{key} is {stated[key]} in the options but {held[key]} in the weights"
+        for key in stated
+        if key in held and held[key] != stated[key]
+    ]
+    raise ElmoWeightsError(
+        f"ELMo weight file {name} does not fit its options: {'; '.join(differ + [problem])}. Check that "
+        f"options.json belongs to these weights."
+    )
+
+
 def _name(source: Source) -> str:
     return str(source) if isinstance(source, (str, Path)) else getattr(source, "name", "<in-memory weights>")
 
@@ -135,27 +210,11 @@ def _read_datasets(source: Source, options: ElmoOptions) -> Dict[str, np.ndarray
     reading = "its structure"  # what failed, for the error message
     try:
         with h5py.File(source, "r") as f:
-            found: List[str] = []
-            f.visititems(lambda key, obj: found.append(key) if isinstance(obj, h5py.Dataset) else None)
-            missing = sorted(set(expected) - set(found))
-            unexpected = sorted(set(found) - set(expected))
-            if missing or unexpected:
-                raise ElmoWeightsError(
-                    f"ELMo weight file {name} does not match its options: "
-                    + (f"missing datasets {missing[:5]}{' …' if len(missing) > 5 else ''}" if missing else "")
-                    + ("; " if missing and unexpected else "")
-                    + (f"unexpected datasets {unexpected[:5]}{' …' if len(unexpected) > 5 else ''}" if unexpected else "")
-                    + ". Check that options.json (n_highway, n_layers, filters) belongs to these weights."
-                )
+            _check_fit(_shapes(f), {key: entry.shape for key, entry in expected.items()}, name)
             arrays = {}
-            for key, entry in expected.items():
+            for key in expected:
                 reading = f"dataset {key!r}"
                 dataset = f[key]
-                if tuple(dataset.shape) != entry.shape:
-                    raise ElmoWeightsError(
-                        f"ELMo weight file {name}: dataset {key!r} has shape {tuple(dataset.shape)}, but the options "
-                        f"expect {entry.shape}. Check that options.json belongs to these weights."
-                    )
                 if dataset.dtype.kind != "f":
                     raise ElmoWeightsError(
                         f"ELMo weight file {name}: dataset {key!r} has dtype {dataset.dtype}, expected floating point"
@@ -243,7 +302,7 @@ def write_weights(model: BiLm, target: Source, dtype: str = "float32") -> None:
     (Fletcher-32), so damage anywhere in it fails the read instead of giving other weights.
     """
     if dtype not in ("float32", "float16"):
-        raise ValueError(f"dtype must be 'float32' or 'float16', found {dtype!r}")
+        raise ElmoWeightsError(f"Weights are written as 'float32' or 'float16', not {dtype!r}: pass one of the two")
     with h5py.File(target, "w", libver="v110") as f:
         for key, entry in layout(model.options).items():
             f.create_dataset(key, data=entry.get(model).cpu().numpy().astype(dtype), fletcher32=True)

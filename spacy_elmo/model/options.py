@@ -16,6 +16,7 @@ are joined to the char CNN's features before the projection.
 """
 import copy
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -27,6 +28,25 @@ ACTIVATIONS = ("relu", "tanh")
 
 # The char CNN of every published English ELMo (2048 channels).
 PUBLISHED_FILTERS: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+# Ceilings on the sizes options may state, with the largest a published model has (AllenNLP's original: 2 layers
+# of 4096 cells projected to 512, 2 highways, 7 filters with 2048 channels in all, 16-dim characters, 50 per
+# token; ELMoForManyLangs': the same with 50-dim characters and 100-dim word vectors). Each allows 4 to 20 times
+# the published size; a larger value is a damaged or foreign file, refused before anything is allocated for it
+# (``n_layers = 1000000`` once ran for two minutes into a MemoryError).
+SIZE_LIMITS: Dict[str, Tuple[int, str]] = {
+    "lstm.n_layers": (16, "2"),
+    "lstm.dim": (16384, "4096"),
+    "lstm.projection_dim": (4096, "512"),
+    "char_cnn.n_highway": (16, "2"),
+    "char_cnn.filters (how many)": (64, "7"),
+    "char_cnn.filters (channels in all)": (16384, "2048"),
+    "char_cnn.embedding.dim": (1024, "50"),
+    "char_cnn.max_characters_per_token": (1024, "50"),
+    "char_cnn.n_characters": (1_200_000, "262, or one more than a table of Unicode's 1,114,112 characters at most"),
+    "word_embedding.dim": (4096, "100"),
+    "word_embedding.words": (10_000_000, "one word per entry of their training vocabulary"),
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +66,32 @@ class ElmoOptions:
     max_characters_per_token: int = 50
     activation: str = "relu"
     extra: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        """Refuse sizes beyond :data:`SIZE_LIMITS`, however the options were made (a file, a config, code)."""
+        for key, value in self.sizes().items():
+            limit, published = SIZE_LIMITS[key]
+            if value > limit:
+                raise ElmoOptionsError(
+                    f"{key} is {value}, above the {limit} this package accepts (the largest published ELMo model has "
+                    f"{published}); these options are damaged or not an ELMo options.json"
+                )
+
+    def sizes(self) -> Dict[str, int]:
+        """The sizes :data:`SIZE_LIMITS` bounds, by the same names."""
+        return {
+            "lstm.n_layers": self.n_layers,
+            "lstm.dim": self.lstm_dim,
+            "lstm.projection_dim": self.projection_dim,
+            "char_cnn.n_highway": self.n_highway,
+            "char_cnn.filters (how many)": len(self.filters),
+            "char_cnn.filters (channels in all)": self.n_filters,
+            "char_cnn.embedding.dim": self.char_embedding_dim,
+            "char_cnn.max_characters_per_token": self.max_characters_per_token,
+            "char_cnn.n_characters": self.n_characters,
+            "word_embedding.dim": self.word_dim,
+            "word_embedding.words": len(self.word_embedding["words"]) if self.word_embedding else 0,
+        }
 
     @property
     def n_filters(self) -> int:
@@ -146,10 +192,14 @@ class ElmoOptions:
         clips = {}
         for key in ("cell_clip", "proj_clip"):
             value = lstm.get(key)
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
-                raise ElmoOptionsError(f"{source}: lstm.{key} must be a non-negative number or null, found {value!r}")
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf
+            ):
+                raise ElmoOptionsError(
+                    f"{source}: lstm.{key} must be a non-negative finite number or null, found {value!r}"
+                )
             clips[key] = float(value or 0.0)  # 0 and null both mean "no clip"
-        options = cls(
+        settings = dict(
             lstm_dim=_positive(lstm, "dim", f"{source} [lstm]"),
             projection_dim=_positive(lstm, "projection_dim", f"{source} [lstm]"),
             n_layers=_positive(lstm, "n_layers", f"{source} [lstm]"),
@@ -162,8 +212,11 @@ class ElmoOptions:
             n_characters=n_characters,
             max_characters_per_token=max_chars,
             activation=activation,
-            extra=copy.deepcopy(data),
         )
+        try:
+            options = cls(**settings, extra=copy.deepcopy(data))
+        except ElmoOptionsError as err:  # a size beyond SIZE_LIMITS
+            raise ElmoOptionsError(f"{source}: {err}") from None
         if options.n_highway < 0:
             raise ElmoOptionsError(f"{source}: char_cnn.n_highway must be >= 0, found {options.n_highway}")
         return options

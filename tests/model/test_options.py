@@ -5,7 +5,9 @@ import pytest
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.errors import ElmoOptionsError
-from spacy_elmo.model.options import ElmoOptions, preset
+from spacy_elmo.formats.manylangs import PUBLISHED_ARCHITECTURE, convert_options
+from spacy_elmo.model.options import PUBLISHED_FILTERS, ElmoOptions, preset
+from spacy_elmo.sources.catalog import CATALOG, ModelEntry
 from tests.conftest import ALLENNLP
 
 
@@ -32,6 +34,8 @@ def test_extra_keys_are_kept():
         (lambda d: d["char_cnn"].update(filters=[[1]]), "filters"),
         (lambda d: d.pop("char_cnn"), "char_cnn"),
         (lambda d: d["char_cnn"].update(n_characters=300), "n_characters"),
+        (lambda d: d["lstm"].update(cell_clip=float("nan")), "cell_clip must be a non-negative finite number"),
+        (lambda d: d["lstm"].update(dim=16385), r"lstm.dim is 16385, above the 16384 this package accepts"),
     ],
 )
 def test_bad_options_name_the_key(edit, message):
@@ -61,3 +65,35 @@ def test_weights_file_given_as_options_names_the_file():
 def test_unknown_preset():
     with pytest.raises(ElmoOptionsError, match="Unknown ELMo preset"):
         preset("huge")
+
+
+def test_sizes_beyond_the_limits_are_refused_however_options_are_made():
+    """Options built in code (as pretraining's config builds them) are bounded as those read from a file."""
+    with pytest.raises(ElmoOptionsError, match="lstm.n_layers is 1000000, above the 16"):
+        ElmoOptions(lstm_dim=64, projection_dim=16, n_layers=1000000)
+
+
+def _published_options(entry: ModelEntry) -> ElmoOptions:
+    """Options with the architecture ``entry`` states, as its publisher's options.json has it."""
+    if entry.kind == "manylangs":
+        specials = {"begin_of_word": "<eow>", "end_of_word": "<bow>", "padding": "<pad>", "unknown": "<oov>",
+                    "begin_of_sentence": "<bos>", "end_of_sentence": "<eos>"}
+        word_specials = {key: specials[key] for key in ("unknown", "begin_of_sentence", "end_of_sentence")}
+        chars = {"entries": [*specials.values(), "a"], **specials}
+        words = {"entries": [*word_specials.values(), "a"], **word_specials}
+        return convert_options(PUBLISHED_ARCHITECTURE, chars, words)
+    sizes = entry.architecture
+    return ElmoOptions.from_dict({
+        "lstm": {"dim": sizes["lstm_dim"], "projection_dim": sizes["projection_dim"], "n_layers": sizes["n_layers"],
+                 "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
+        "char_cnn": {"embedding": {"dim": 16}, "filters": [list(f) for f in PUBLISHED_FILTERS],
+                     "n_highway": sizes["n_highway"], "n_characters": 262, "max_characters_per_token": 50,
+                     "activation": "relu"},
+    })
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_every_published_architecture_is_within_the_limits(name):
+    entry = CATALOG[name]
+    options = _published_options(entry)
+    assert {key: getattr(options, key) for key in entry.architecture} == entry.architecture
