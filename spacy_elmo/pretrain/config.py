@@ -3,6 +3,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Optional, Tuple, Union
 
+import torch
 from confection import Config
 from pydantic import (
     BaseModel,
@@ -21,6 +22,7 @@ from pydantic import (
 from ..errors import PretrainConfigError
 from ..model.encoder import TRAINING_START_KEY
 from ..model.options import ElmoOptions, PRESET_NAMES, preset
+from ..model.precision import native_bf16_cpu
 
 
 class _Section(BaseModel):
@@ -153,6 +155,36 @@ def default_config(preset_name: str = "tiny") -> Config:
             "initialize": InitializeSection().model_dump(),
         }
     )
+
+
+def bf16_support(device: torch.device) -> Tuple[bool, str]:
+    """Whether ``device`` multiplies bf16 natively, and why: ``[training] bf16`` (autocast) speeds training up
+    there, and slows it down where bf16 is emulated."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if torch.cuda.get_device_capability(device) >= (8, 0):
+            return True, f"this GPU ({name}) has native bf16"
+        return False, f"this GPU ({name}) has no native bf16 (it needs compute capability 8.0 or later)"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if native_bf16_cpu():
+        return True, f"this CPU ({capability}) has native bf16 (AVX512_BF16 or AMX)"
+    return False, (
+        f"this CPU ({capability}) has no native bf16: emulated bf16 is far slower than fp32 (about 100x for the biLM's "
+        "inference, BENCHMARKS.md)"
+    )
+
+
+def init_config_text(preset_name: str) -> str:
+    """:func:`default_config` as text, with ``[training] bf16`` chosen for the device training would run on here
+    (as the trainer picks it: the GPU if there is one), and a comment line above it saying why."""
+    config = default_config(preset_name)
+    native, why = bf16_support(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    config["training"]["bf16"] = native
+    lines = config.to_str().split("\n")
+    # A comment must have a line of its own: confection reads text after a value as part of the value.
+    at = lines.index("bf16 = true" if native else "bf16 = false", lines.index("[training]"))
+    lines.insert(at, f"# init-config set bf16 = {'true' if native else 'false'}: {why}")
+    return "\n".join(lines)
 
 
 def load_config(
