@@ -54,7 +54,7 @@ class BiLanguageModel(nn.Module):
         top = self.dropout(layers[-1])
         p = options.projection_dim
         inputs, targets, n = _prediction_pairs(top[..., :p], top[..., p:], batch, self.vocab)
-        log_probs = self.softmax(inputs, targets).output
+        log_probs = self.softmax(inputs, targets).output.float()  # bf16 under autocast: sum (and log) in fp32
         return LmLoss(-log_probs[:n].sum(), -log_probs[n:].sum(), n)
 
 

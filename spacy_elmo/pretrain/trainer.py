@@ -23,14 +23,14 @@ import torch.distributed as dist
 from confection import Config
 from tqdm import tqdm
 
-from ..errors import ElmoError, InitializeError, ResumeError
+from ..errors import ElmoError, InitializeError, PretrainConfigError, ResumeError
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
 from ..model.batching import length_batches
 from ..model.options import ElmoOptions
 from ..util.text import make_tokenizer
 from ..formats.weights import load_files, save_files
-from .config import PretrainConfig
+from .config import PretrainConfig, bf16_support
 from .data import SentenceStream, read_sentences, resolve_files
 from .language_model import BiLanguageModel
 from .vocab import Vocab, count_sentences
@@ -215,6 +215,7 @@ class Trainer:
         self.device = _device(self.rank)
         if config.training.threads > 0:
             torch.set_num_threads(config.training.threads)
+        self.precision, self.precision_reason = _precision(config.training.bf16, self.device)
         resuming = (self.output_dir / CHECKPOINT).exists()
         if resuming:
             check_resumable(self.output_dir / "config.cfg", raw_config)
@@ -282,11 +283,11 @@ class Trainer:
         SIGABRT) after a run that succeeded. The DDP wrapper
         holds the group, so it goes first; the group's last reference then goes with ``destroy_process_group``,
         whose destructor joins the threads. Every rank must have passed its last collective (``run`` ends with a
-        barrier). A group the caller started is the caller's to end.
+        barrier). A group the caller started is the caller's to end; this trainer's wrapper lets go of it all the same.
         """
+        self.ddp = self.model
         if not self._owns_group:
             return
-        self.ddp = self.model
         dist.destroy_process_group()
         self._owns_group = False
 
@@ -315,6 +316,7 @@ class Trainer:
                 "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
                 "streams": json.dumps(streams),
                 "world_size": self.world,
+                "precision": self.precision,
             }
             atomic_write(self.output_dir / CHECKPOINT, lambda p: torch.save(state, p))
         _barrier()
@@ -351,6 +353,13 @@ class Trainer:
             )
             self.stream.continue_epoch(streams)
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
+        made_in = state.get("precision")  # None: a checkpoint from before checkpoints recorded it
+        if made_in is not None and made_in != self.precision:
+            warnings.warn(
+                f"The precision changed (checkpoint {made_in}, now {self.precision}): training continues from {path}, "
+                f"but will not equal a run that kept {made_in}",
+                stacklevel=2,
+            )
 
     # -- training ----------------------------------------------------------------------------
 
@@ -462,7 +471,7 @@ class Trainer:
 
     def _log_window(self, window: "_Window") -> Dict[str, Any]:
         """Log the steps since the last record (none if there are none) and return the record."""
-        record = window.record(self.step, self.tokens_seen, self.elapsed)
+        record = {**window.record(self.step, self.tokens_seen, self.elapsed), "precision": self.precision}
         if window.steps:
             self._log(record)
         return record
@@ -488,6 +497,19 @@ class _Window:
             "tokens_per_s": (tokens_seen - self.tokens_at_start) / max(time.perf_counter() - self.start, 1e-9),
             "elapsed_s": elapsed,
         }
+
+
+def _precision(bf16: bool, device: torch.device) -> Tuple[str, str]:
+    """The run's precision (``"bf16"``: autocast, ``"fp32"``) and why; refuses bf16 where ``device`` would emulate it,
+    which trains far slower than fp32, before anything is written."""
+    native, why = bf16_support(device)
+    if not bf16:
+        return "fp32", f"[training] bf16 = false; {why}"
+    if not native:
+        raise PretrainConfigError(
+            f"[training] bf16 = true, but {why}. Set --training.bf16 false, or train on a machine with native bf16"
+        )
+    return "bf16", f"[training] bf16 = true; {why}"
 
 
 def _optimizer(model: torch.nn.Module, training) -> torch.optim.Optimizer:
