@@ -9,7 +9,7 @@ how many token vectors it keeps (``cache_size``). This block is the only place t
 config validation checks their types and values. Two settings belong to the model's owner, not the
 architecture: ``frozen`` (whether it trains) and ``lang``.
 
-Each Doc is cut into segments (``doc_windows.py``), and the segments of all Docs of a call are
+Each Doc is cut into windows (``doc_windows.py``), and the windows of all Docs of a call are
 batched together by length under a cap on padded tokens, so one long Doc never becomes one huge
 biLM batch. The output of a Doc is its segments' layers put back side by side,
 ``(n_layers + 1, len(doc), 2 * projection_dim)``.
@@ -20,7 +20,6 @@ of the model (e.g. made by ``nlp.replace_listeners``) keeps working on its own.
 """
 from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
-import numpy as np
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
@@ -34,7 +33,8 @@ from ..model.batch_encoder import BatchEncoder
 from ..model.options import ElmoOptions
 from ..formats.weights import load_files
 from .elmo_shim import ElmoShim
-from .doc_windows import doc_segments, segment_words
+from ..util.windows import join_windows
+from .doc_windows import doc_windows, window_words
 
 ARCHITECTURE = "spacy_elmo.ElmoBiLm.v2"
 # The settings an ``ElmoBiLm.v2`` block takes.
@@ -227,15 +227,14 @@ def encode_docs(
     model: Model, docs: Sequence[Doc], *, is_train: bool, mix: Optional[FloatsXd] = None
 ) -> Tuple[List[FloatsXd], Callable]:
     """Per Doc, its layers ``(n_layers + 1, len(doc), dim)`` (or with ``mix`` its mixed ``(len(doc), dim)``)."""
-    segments = doc_segments(docs, model.attrs["max_sentence_tokens"])
-    packed, backprop_packed = encode_segments(model, segment_words(docs, segments), is_train=is_train, mix=mix)
-    ends = np.cumsum([len(doc) for doc in docs]).tolist()
-    outputs = [packed[..., start:end, :] for start, end in zip([0] + ends[:-1], ends)]
+    windows = doc_windows(docs, model.attrs["max_sentence_tokens"])
+    packed, backprop_packed = encode_segments(model, window_words(docs, windows), is_train=is_train, mix=mix)
+    outputs = join_windows(windows, packed, len(docs))
     if backprop_packed is frozen_backprop:
         return outputs, frozen_backprop
 
     def backprop(d_outputs: List[FloatsXd]) -> List[Doc]:
-        backprop_packed(model.ops.xp.concatenate(d_outputs, axis=-2))
+        backprop_packed(model.ops.xp.concatenate(d_outputs, axis=-2))  # the packed order is the Docs' tokens in order
         return []
 
     return outputs, backprop

@@ -36,7 +36,8 @@ from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
 from .listener import batch_id, is_listener, listener_state, replace_listener, replace_listener_cfg, upstream_name
-from .doc_windows import doc_segments, segment_words
+from ..util.windows import join_windows
+from .doc_windows import doc_windows, window_words
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -363,9 +364,8 @@ class Elmo(TrainablePipe):
 
     def _cached_layers(self, docs: List[Doc]) -> List[Floats3d]:
         """Each Doc's layers, assembled from per-sentence layers kept in (or added to) the layer cache."""
-        xp = self.model.ops.xp
-        segments = doc_segments(docs, self.bilm_settings["max_sentence_tokens"])
-        words = segment_words(docs, segments)
+        windows = doc_windows(docs, self.bilm_settings["max_sentence_tokens"])
+        words = window_words(docs, windows)
         found = [self.layer_cache.get(tuple(w)) for w in words]
         missing = [i for i, layers in enumerate(found) if layers is None]
         if missing:
@@ -375,12 +375,10 @@ class Elmo(TrainablePipe):
                 found[i] = packed[:, start : start + len(words[i])]
                 start += len(words[i])
                 self.layer_cache.add(tuple(words[i]), found[i])
-        options = bilm_options(self.model)
-        per_doc: List[List[Floats3d]] = [[] for _ in docs]
-        for segment, layers in zip(segments, found):
-            per_doc[segment.doc].append(layers)
-        empty = self.model.ops.alloc3f(options.n_output_layers, 0, options.output_dim)
-        return [xp.concatenate(parts, axis=1) if parts else empty for parts in per_doc]
+        if not found:
+            options = bilm_options(self.model)
+            return [self.model.ops.alloc3f(options.n_output_layers, 0, options.output_dim) for _ in docs]
+        return join_windows(windows, self.model.ops.xp.concatenate(found, axis=1), len(docs))
 
     def finish_update(self, sgd: Optimizer) -> None:
         """Update the biLM when fine-tuning; a frozen biLM is left alone."""

@@ -1,29 +1,21 @@
-"""Docs cut into biLM input sequences: their sentences when they have sentence boundaries, else the
-whole Doc, and anything longer than ``max_tokens`` into consecutive windows."""
-from typing import List, NamedTuple, Sequence
+"""Docs cut into biLM inputs: their sentences when they have sentence boundaries, else the whole Doc, and anything
+longer than ``max_tokens`` into consecutive windows (:mod:`spacy_elmo.util.windows`)."""
+from typing import List, Sequence, Tuple
 
 from spacy.tokens import Doc
 
-
-class Segment(NamedTuple):
-    """Tokens ``start:end`` of Doc number ``doc``: one biLM input sequence."""
-
-    doc: int
-    start: int
-    end: int
+from ..util.windows import Window, cut_windows, window_tokens
 
 
-def doc_segments(docs: Sequence[Doc], max_tokens: int) -> List[Segment]:
-    """Sentences of Docs with sentence boundaries, whole Docs otherwise, cut into windows of ``max_tokens``."""
-    segments: List[Segment] = []
-    for i, doc in enumerate(docs):
-        spans = [(s.start, s.end) for s in doc.sents] if doc.has_annotation("SENT_START") else [(0, len(doc))]
-        for start, end in spans:
-            segments.extend(Segment(i, s, min(s + max_tokens, end)) for s in range(start, end, max_tokens))
-    return segments
+def doc_windows(docs: Sequence[Doc], max_tokens: int) -> List[Window]:
+    """The windows of each Doc's sentences (of the whole Doc without sentence boundaries), Doc after Doc."""
+    return cut_windows([_sentence_spans(doc) for doc in docs], max_tokens)
 
 
-def segment_words(docs: Sequence[Doc], segments: Sequence[Segment]) -> List[List[str]]:
-    """The token texts of each segment."""
-    texts = [[token.text for token in doc] for doc in docs]
-    return [texts[s.doc][s.start : s.end] for s in segments]
+def _sentence_spans(doc: Doc) -> List[Tuple[int, int]]:
+    return [(s.start, s.end) for s in doc.sents] if doc.has_annotation("SENT_START") else [(0, len(doc))]
+
+
+def window_words(docs: Sequence[Doc], windows: Sequence[Window]) -> List[List[str]]:
+    """The token texts of each window."""
+    return window_tokens([[token.text for token in doc] for doc in docs], windows)

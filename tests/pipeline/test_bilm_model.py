@@ -6,7 +6,8 @@ from spacy.tokens import Doc
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.pipeline.architectures import encode_docs, frozen_backprop
-from spacy_elmo.pipeline.doc_windows import Segment, doc_segments
+from spacy_elmo.pipeline.doc_windows import doc_windows
+from spacy_elmo.util.windows import Window
 
 from tests.pipeline.conftest import OPTIONS, WEIGHTS, make_nlp
 
@@ -16,9 +17,9 @@ def test_segments_follow_sentences_then_windows():
     plain = Doc(vocab, words=list("abcdefg"))
     sentenced = Doc(vocab, words=list("abcdefg"), sent_starts=[True, False, False, False, False, True, False])
     empty = Doc(vocab, words=[])
-    assert doc_segments([plain, empty, sentenced], 3) == [
-        Segment(0, 0, 3), Segment(0, 3, 6), Segment(0, 6, 7),
-        Segment(2, 0, 3), Segment(2, 3, 5), Segment(2, 5, 7),
+    assert doc_windows([plain, empty, sentenced], 3) == [
+        Window(0, 0, 3), Window(0, 3, 6), Window(0, 6, 7),
+        Window(2, 0, 3), Window(2, 3, 5), Window(2, 5, 7),
     ]  # fmt: skip
 
 
