@@ -1,19 +1,24 @@
-"""Pretraining throughput: tokens/s of forward + backward + optimizer steps, and the share of the FLOP ceiling.
+"""Pretraining throughput: tokens/s of forward + backward + optimizer steps, fp32 against bf16, and the share of the
+fp32 FLOP ceiling.
 
 Runs the real training step (``Trainer.train_step``: bucketed batches from the Gutenberg corpus, both
 directions, adaptive softmax, Adam or Adagrad) for a preset architecture from scratch and reports
 predicted tokens per second. The FLOP ceiling uses the machine's fp32 GEMM rate measured in the
 same run and a training cost of 3x the forward multiply-adds per token (softmax included).
 
-``--processes 2`` runs that many one-thread DDP processes (gloo) on batches of the same shape, as
-``torchrun --nproc_per_node 2`` does, and reports their total tokens/s (each step then trains on
-``processes`` batches). ``--rounds`` repeats the timing and reports the median.
+``--precision fp32,bf16`` builds one trainer per setting (same seed, same vocabulary) and, in every one of
+``--rounds`` rounds, times each on the same batches, one after the other, so the settings share the machine's
+state; it prints each round's tokens/s, their median and the per-round ratio to the first setting.
+``--processes 2 --threads 1`` is docs/pretraining.md's CPU recipe (``torchrun --nproc_per_node 2 ...
+--training.threads 1``): that many one-thread gloo DDP processes, each on its own batches of the same shape;
+their tokens/s add up. bf16 is refused where this CPU has no native bf16, as ``pretrain`` refuses it.
 
+    benchmarks/paused.sh python benchmarks/bench_pretrain.py --processes 2 --threads 1 --precision fp32,bf16 --rounds 3
     benchmarks/paused.sh python benchmarks/bench_pretrain.py --preset tiny --steps 30
-    benchmarks/paused.sh python benchmarks/bench_pretrain.py --threads 1 --processes 2
 """
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -24,83 +29,114 @@ import torch
 import torch.multiprocessing as mp
 
 from bench_embed import _cpu_model, _load, forward_macs_per_token, gemm_gflops
-from spacy_elmo.pretrain.config import default_config, load_config
+from spacy_elmo.pretrain.config import bf16_support, default_config, load_config
 from spacy_elmo.pretrain.trainer import Trainer
 
 GUTENBERG = Path(__file__).resolve().parents[2] / "shared" / "data" / "lm_gutenberg_en"
+PRECISIONS = ("fp32", "bf16")
 
 
-def _config(args: argparse.Namespace):
+def _config(args: argparse.Namespace, precision: str):
     config = default_config(args.preset)
     config["paths"].update(train=str(GUTENBERG / "train-00-of-08.txt.gz"), dev=None)
     config["vocab"]["max_lines"] = 100_000
     config["training"].update(
-        max_steps=10**9, threads=args.threads, batch_tokens=args.batch_tokens, optimizer=args.optimizer, bf16=args.bf16,
-        learn_rate=0.001 if args.optimizer == "adam" else 0.2, checkpoint_every=10**9, eval_every=10**9,
+        max_steps=10**9, threads=args.threads, batch_tokens=args.batch_tokens, optimizer=args.optimizer,
+        bf16=precision == "bf16", learn_rate=0.001 if args.optimizer == "adam" else 0.2, checkpoint_every=10**9,
+        eval_every=10**9,
     )
     return load_config(config)
 
 
 def _time_steps(trainer: Trainer, batches: List) -> float:
-    """Tokens/s of one process over ``batches`` (after two untimed steps)."""
+    """Tokens/s this process trains on over ``batches`` (after two untimed steps), counted as ``train_step`` reports
+    them (``Trainer.tokens_seen`` is counted by ``Trainer.run``, which the benchmark does not call)."""
     stream = iter(batches)
     trainer.stream.next_batch = lambda: next(stream)  # type: ignore[method-assign]
     for _ in range(2):
         trainer.train_step()
-    tokens_before, start = trainer.tokens_seen, time.perf_counter()
+    tokens, start = 0, time.perf_counter()
     for _ in range(len(batches) - 2):
-        trainer.train_step()
-    return (trainer.tokens_seen - tokens_before) / (time.perf_counter() - start)
+        tokens += trainer.train_step()[1]
+    return tokens / (time.perf_counter() - start)
 
 
-def _ddp_worker(rank: int, args: argparse.Namespace, out: str, results: Dict) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.processes), MASTER_ADDR="127.0.0.1", MASTER_PORT="29591")
-    typed, raw = _config(args)
-    trainer = Trainer(typed, raw, Path(out))
-    batches = [trainer.stream.next_batch() for _ in range(args.steps + 2)]
-    results[rank] = _time_steps(trainer, batches)  # tokens_seen counts all processes' tokens
-    torch.distributed.destroy_process_group()
+def _measure(rank: int, args: argparse.Namespace, out: str, results: Dict) -> None:
+    """This process's tokens/s of each precision in each round (``results[rank][precision]``, one per round)."""
+    if args.processes > 1:
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.processes), MASTER_ADDR="127.0.0.1", MASTER_PORT="29591")
+    trainers: Dict[str, Trainer] = {}
+    for precision in args.precision:
+        folder = Path(out) / precision
+        if trainers and rank == 0:  # the vocabulary of the first, not built again (the trainer reads it after a barrier)
+            folder.mkdir()
+            shutil.copyfile(Path(out) / args.precision[0] / "vocab.txt", folder / "vocab.txt")
+        trainers[precision] = Trainer(*_config(args, precision), folder)  # the first starts the process group
+        trainers[precision].model.train()
+    batches = [trainers[args.precision[0]].stream.next_batch() for _ in range(args.steps + 2)]
+    rates: Dict[str, List[float]] = {precision: [] for precision in args.precision}
+    for _ in range(args.rounds):
+        for precision, trainer in trainers.items():
+            rates[precision].append(_time_steps(trainer, batches))
+    results[rank] = rates
+    for trainer in reversed(trainers.values()):  # the first, which started the process group, ends it last
+        trainer.close()
+
+
+def _precisions(text: str) -> List[str]:
+    chosen = text.split(",")
+    unknown = [p for p in chosen if p not in PRECISIONS]
+    if unknown or len(set(chosen)) != len(chosen):
+        raise argparse.ArgumentTypeError(f"give distinct settings of {', '.join(PRECISIONS)}, e.g. fp32,bf16")
+    return chosen
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per round and setting")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--optimizer", default="adam")
-    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--precision", type=_precisions, default=["fp32"], help="fp32, bf16 or both (fp32,bf16): timed in turn")
     parser.add_argument("--batch-tokens", type=int, default=1280)
     parser.add_argument("--rounds", type=int, default=1, help="timed rounds (median reported)")
     parser.add_argument("--processes", type=int, default=1, help="one-thread DDP processes (gloo)")
     args = parser.parse_args()
+    native, why = bf16_support(torch.device("cpu"))
+    if "bf16" in args.precision and not native:
+        parser.error(f"bf16 is refused here: {why}")
     torch.set_num_threads(args.threads)
-    typed, raw = _config(args)
+    typed, _ = _config(args, args.precision[0])
     options = typed.options()
     macs = forward_macs_per_token(options)
     p, vocab_head = options.projection_dim, typed.objective.cutoffs[0]
     softmax_macs = 2 * p * (vocab_head + len(typed.objective.cutoffs))  # head of the adaptive softmax, both directions
     forward = sum(macs.values()) + softmax_macs
     gflops = gemm_gflops()
-    print(f"machine: {_cpu_model()}; torch {torch.__version__}, {args.threads} threads; load {_load()}")
+    print(f"machine: {_cpu_model()}; {why}; torch {torch.__version__}, {args.threads} threads; load {_load()}")
     print(f"fp32 GEMM: {gflops:.0f} GFLOP/s; forward ≈ {forward / 1e6:.1f} M multiply-adds per token")
-    print("| preset | processes x threads | batch tokens | optimizer | tokens/s (median) | rounds | share of FLOP ceiling |")
-    print("|---|---|---|---|---|---|---|")
-    rates: List[float] = []
-    for _ in range(args.rounds):
+    with tempfile.TemporaryDirectory() as out:
         if args.processes > 1:
             results = mp.Manager().dict()
-            with tempfile.TemporaryDirectory() as out:
-                mp.spawn(_ddp_worker, args=(args, out, results), nprocs=args.processes)
-            rates.append(statistics.mean(results.values()))
+            mp.spawn(_measure, args=(args, out, results), nprocs=args.processes)
         else:
-            with tempfile.TemporaryDirectory() as out:
-                trainer = Trainer(typed, raw, Path(out))
-                trainer.model.train()
-                rates.append(_time_steps(trainer, [trainer.stream.next_batch() for _ in range(args.steps + 2)]))
+            results = {}
+            _measure(0, args, out, results)
+    # Each process timed its own tokens over the same steps: together they trained on the sum.
+    rates = {precision: [sum(r[precision][i] for r in results.values()) for i in range(args.rounds)] for precision in args.precision}
     label = f"{args.processes} x 1" if args.processes > 1 else f"1 x {args.threads}"
-    rate = statistics.median(rates)
-    share = rate * 3 * 2 * forward / (gflops * 1e9 * max(args.processes, 1))
-    print(f"| {args.preset} | {label} | {args.batch_tokens} | {args.optimizer} | {rate:,.0f} | {len(rates)} | {share:.0%} |")
+    print("| preset | processes x threads | batch tokens | optimizer | precision | tokens/s per round | median | share of fp32 FLOP ceiling |")
+    print("|---|---|---|---|---|---|---|---|")
+    for precision, per_round in rates.items():
+        rate = statistics.median(per_round)
+        share = rate * 3 * 2 * forward / (gflops * 1e9 * max(args.processes, 1))
+        rounds = ", ".join(f"{r:,.0f}" for r in per_round)
+        print(f"| {args.preset} | {label} | {args.batch_tokens} | {args.optimizer} | {precision} | {rounds} | {rate:,.0f} | {share:.0%} |")
+    base = args.precision[0]
+    for precision in args.precision[1:]:
+        ratios = [new / old for new, old in zip(rates[precision], rates[base])]
+        listed = ", ".join(f"{r:.2f}" for r in ratios)
+        print(f"{precision}/{base} tokens/s: {listed} per round (median {statistics.median(ratios):.2f}x)")
 
 
 if __name__ == "__main__":
