@@ -162,6 +162,7 @@ def test_pickled_pipeline_gives_the_same_vectors():
 def test_two_processes_give_the_same_vectors_as_one():
     nlp = make_nlp()
     expected = [doc._.elmo for doc in nlp.pipe(TEXTS * 2, batch_size=2)]
+    # The workers get the token cache that filled, and the same batches: the very same computation, bit for bit.
     found = [doc._.elmo for doc in nlp.pipe(TEXTS * 2, n_process=2, batch_size=2)]
     for a, b in zip(found, expected):
         np.testing.assert_array_equal(a, b)

@@ -39,6 +39,7 @@ def main(out: str) -> None:
     nlp.add_pipe("tagger", config=TAGGER)
     nlp.add_pipe("record_torch_threads")
     nlp.initialize(lambda: examples(nlp))
+    # This fills the token cache that the workers get, so each of their batches is the same computation as here.
     results = {"one_process": np.concatenate([doc._.elmo for doc in nlp.pipe(TEXTS, batch_size=3)])}
     torch.set_num_threads(2)
     for method in ("fork", "spawn"):
