@@ -13,6 +13,15 @@ class ElmoWeightsError(ElmoError, ValueError):
     """A weights ``.hdf5`` file is missing, damaged, or does not match its options."""
 
 
+class ElmoSettingsError(ElmoError, ValueError):
+    """A setting has a value no biLM or component can use; the message names the setting and what it takes."""
+
+
+class ElmoPipelineError(ElmoError, ValueError):
+    """A pipeline or Doc is not set up for the call: a listener without its ``elmo`` component, a Doc without
+    ``Doc._.elmo``; the message says what to add."""
+
+
 class TokenTruncationWarning(UserWarning):
     """A token is longer, in UTF-8 bytes, than the model's character CNN reads; its tail is ignored.
 
@@ -35,6 +44,10 @@ class ManyLangsError(ElmoError):
 
 class LayersAlreadyReadError(ElmoError, ValueError):
     """A listener asked again for layers it read already, which are gone: they are handed over once."""
+
+
+class VocabularyError(ElmoError, ValueError):
+    """A pretraining vocabulary does not start with the special tokens, as pretraining writes it."""
 
 
 class PretrainConfigError(ElmoError, ValueError):

@@ -23,16 +23,17 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
+import torch
 from spacy.util import minibatch
 from tqdm import tqdm
 
 from ..sources.resolve import check_model_files, model_files
 from ..embedder import ElmoEmbedder
-from ..errors import EmbedError
+from ..errors import ElmoSettingsError, EmbedError
 from ..util.files import PathLike
 from ..model.fixed_mix import fixed_mix_weights
 from ..model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
-from ..model.precision import DEFAULT_PRECISION, check_precision_name
+from ..model.precision import DEFAULT_PRECISION, check_precision, check_precision_name
 from ..util.text import Tokenizer, make_tokenizer, open_text, split_long
 
 LAYER_MODES = ("all", "top", "average", "mix")
@@ -129,7 +130,7 @@ class EmbedSettings:
             check_precision_name(self.precision, "--precision")
             check_initial_state(self.initial_state, "--initial-state")
             check_model_files(self.options_file, self.weight_file, ("--options", "--weights"))
-        except ValueError as err:
+        except ElmoSettingsError as err:
             raise EmbedError(str(err)) from None
 
     def model_files(self) -> Tuple[Path, Path]:
@@ -161,7 +162,7 @@ class EmbedSettings:
         """The fixed mix of ``--layers top``, ``average`` or ``mix`` (before ``gamma``) for ``n_layers`` layers."""
         try:
             return fixed_mix_weights(self.layers if self.mix_weights is None else self.mix_weights, n_layers)
-        except ValueError as err:
+        except ElmoSettingsError as err:
             raise EmbedError(f"--mix-weights: {err}") from None
 
     def load_embedder(self, device: str) -> ElmoEmbedder:
@@ -171,17 +172,14 @@ class EmbedSettings:
         weights that don't fit then leave nothing behind (a stub would record the wrong settings and refuse
         the corrected rerun).
         """
-        options_file, weight_file = self.model_files()
+        device = resolve_device(device)
         try:
-            embedder = ElmoEmbedder(
-                options_file,
-                weight_file,
-                initial_state=self.initial_state,
-                device=resolve_device(device),
-                precision=self.precision,
-            )
-        except ValueError as err:  # a precision this device cannot run
+            check_precision(self.precision, torch.device(device))
+        except ElmoSettingsError as err:  # a precision this device cannot run
             raise EmbedError(f"--precision: {err}") from None
+        embedder = ElmoEmbedder(
+            *self.model_files(), initial_state=self.initial_state, device=device, precision=self.precision
+        )
         if self.layers != "all":
             self.mix_weights_for(embedder.options.n_output_layers)
         return embedder

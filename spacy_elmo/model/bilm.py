@@ -5,6 +5,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from ..errors import ElmoSettingsError
 from .options import ElmoOptions
 from .char_cnn import CharCNN
 from .highway import Highway
@@ -110,7 +111,7 @@ class BiLm(nn.Module):
         """
         unknown = set(parts) - set(PARTS)
         if unknown:
-            raise ValueError(f"unknown biLM parts {sorted(unknown)}; known: {', '.join(PARTS)}")
+            raise ElmoSettingsError(f"unknown biLM parts {sorted(unknown)}; known: {', '.join(PARTS)}")
         chosen = () if precision == DEFAULT_PRECISION else tuple(parts)
         self.precision, self.precision_parts = precision, chosen
         self.char_cnn.low_precision = []

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from .bilm import PRECISION_PARTS, BiLm, BiLmState
-from ..errors import TokenTruncationWarning
+from ..errors import ElmoSettingsError, TokenTruncationWarning
 from .chars import TokenBatch, first_truncated, n_bytes
 from .precision import DEFAULT_PRECISION, check_precision
 from .token_ids import TokenIds
@@ -31,7 +31,7 @@ TRAINING_START_KEY = "training_initial_state"
 def check_initial_state(initial_state: str, name: str = "initial_state") -> None:
     """Refuse a start state that is none of :data:`INITIAL_STATES` (``name``: the setting, for the message)."""
     if initial_state not in INITIAL_STATES:
-        raise ValueError(f"{name} must be one of {', '.join(INITIAL_STATES)}, found {initial_state!r}")
+        raise ElmoSettingsError(f"{name} must be one of {', '.join(INITIAL_STATES)}, found {initial_state!r}")
 
 
 def resolve_initial_state(initial_state: str, options, stateful: bool = False) -> str:
@@ -164,7 +164,7 @@ class ElmoEncoder(nn.Module):
     def fill_cache(self, words: Iterable[str], batch_size: int = 4096) -> None:
         """Pre-fill the token cache from a word list, most frequent first, until it is full."""
         if self.cache is None:
-            raise ValueError("This encoder has no token cache; create it with cache_size > 0")
+            raise ElmoSettingsError("This encoder has no token cache; create it with cache_size > 0")
         batch: List[str] = []
         with torch.inference_mode():
             for word in words:

@@ -3,13 +3,16 @@
 Used where the weights are a setting, not learned: the ``elmo`` component's ``Doc._.elmo`` and
 the ``embed`` command's ``--layers``. (A listener learns its own mix: ``pipeline/mix.py``.)
 """
-from typing import Sequence, Union
+from typing import Literal, Sequence, Union, get_args
 
 import numpy as np
 from thinc.types import Floats1d
 
-MixSpec = Union[str, Sequence[float]]
-MIX_NAMES = ("average", "top")
+from ..errors import ElmoSettingsError
+
+MixName = Literal["average", "top"]
+MixSpec = Union[MixName, Sequence[float]]
+MIX_NAMES = get_args(MixName)
 DEFAULT_MIX = "top"
 
 
@@ -17,9 +20,9 @@ def check_mix_spec(spec: MixSpec) -> None:
     """Reject a ``mix`` setting that no biLM could use (the layer count is checked once weights load)."""
     if isinstance(spec, str):
         if spec not in MIX_NAMES:
-            raise ValueError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
+            raise ElmoSettingsError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
     elif len(spec) == 0:
-        raise ValueError("mix is an empty list; give one weight per biLM layer, or 'average' / 'top'")
+        raise ElmoSettingsError("mix is an empty list; give one weight per biLM layer, or 'average' / 'top'")
 
 
 def fixed_mix_weights(spec: MixSpec, n_layers: int) -> Floats1d:
@@ -30,7 +33,7 @@ def fixed_mix_weights(spec: MixSpec, n_layers: int) -> Floats1d:
         return np.eye(n_layers, dtype=np.float32)[-1]
     weights = np.asarray(spec, dtype=np.float32)
     if weights.shape != (n_layers,):
-        raise ValueError(
+        raise ElmoSettingsError(
             f"mix gives {weights.size} weights, but this biLM has {n_layers} layers (the token layer and "
             f"{n_layers - 1} LSTM layers); give {n_layers} weights, or 'average' / 'top'"
         )

@@ -15,6 +15,8 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
+from ..errors import ElmoSettingsError
+
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_PRECISION = "fp32"
@@ -54,7 +56,7 @@ def suggested_precision() -> Tuple[str, str]:
 def check_precision_name(precision: str, name: str = "precision") -> None:
     """Refuse a precision that is none of :data:`PRECISIONS` (``name``: the setting, for the message)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"{name} must be one of {', '.join(PRECISIONS)}, found {precision!r}")
+        raise ElmoSettingsError(f"{name} must be one of {', '.join(PRECISIONS)}, found {precision!r}")
 
 
 def check_precision(precision: str, device: torch.device) -> None:
@@ -62,15 +64,15 @@ def check_precision(precision: str, device: torch.device) -> None:
     check_precision_name(precision)
     if device.type == "cuda":
         if precision not in CUDA_PRECISIONS:
-            raise ValueError(
+            raise ElmoSettingsError(
                 f"precision {precision!r} runs on CPUs only (torch's int8 kernels are CPU kernels); on a GPU use "
                 f"one of {', '.join(CUDA_PRECISIONS)}"
             )
         return
     if precision == "fp16":
-        raise ValueError("precision 'fp16' is for GPUs; on a CPU use 'int8' (any x86 CPU) or 'bf16' (CPUs with bf16)")
+        raise ElmoSettingsError("precision 'fp16' is for GPUs; on a CPU use 'int8' (any x86 CPU) or 'bf16' (CPUs with bf16)")
     if precision == "bf16" and not native_bf16_cpu():
-        raise ValueError(
+        raise ElmoSettingsError(
             f"precision 'bf16' needs a CPU with native bf16 (AVX512_BF16 or AMX); this one has "
             f"{torch.backends.cpu.get_cpu_capability()}, where bf16 is slower than fp32. Use precision 'int8', "
             f"which runs on AVX2 CPUs too, or 'fp32'"

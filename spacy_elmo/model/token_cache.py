@@ -4,11 +4,13 @@ from typing import Callable, Dict, List, Sequence
 
 import torch
 
+from ..errors import ElmoSettingsError
+
 
 def check_cache_size(cache_size: int) -> None:
     """Refuse a negative number of token vectors to keep."""
     if cache_size < 0:
-        raise ValueError(f"cache_size must be >= 0 (0 turns the token cache off), found {cache_size}")
+        raise ElmoSettingsError(f"cache_size must be >= 0 (0 turns the token cache off), found {cache_size}")
 
 
 class TokenCache:

@@ -32,6 +32,8 @@ from ..model.precision import DEFAULT_PRECISION, check_precision_name
 from ..model.batch_encoder import BatchEncoder
 from ..model.options import ElmoOptions
 from ..formats.weights import load_files
+from ..errors import ElmoSettingsError
+from .config_types import CacheSize, ModelSource, TokenCount, check_token_count
 from .elmo_shim import ElmoShim
 from ..util.windows import join_windows
 from .doc_windows import doc_windows, window_words
@@ -60,14 +62,14 @@ Precision = Literal["fp32", "bf16", "int8", "fp16"]
 
 @registry.architectures(ARCHITECTURE)
 def build_bilm_model_v2(
-    options_file: Optional[str] = None,
+    options_file: Optional[ModelSource] = None,
     weight_file: Optional[str] = None,
     initial_state: InitialState = DEFAULT_INITIAL_STATE,
     stateful: bool = False,
-    max_batch_tokens: int = 4096,
-    max_sentence_tokens: int = 256,
+    max_batch_tokens: TokenCount = 4096,
+    max_sentence_tokens: TokenCount = 256,
     precision: Precision = DEFAULT_PRECISION,
-    cache_size: int = DEFAULT_CACHE_SIZE,
+    cache_size: CacheSize = DEFAULT_CACHE_SIZE,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM network of the ``elmo`` component.
 
@@ -108,17 +110,16 @@ def configure_bilm_model(model: Model, **settings: Any) -> None:
     """Set some of the model's settings (:data:`BILM_SETTINGS` and :data:`OWNER_SETTINGS`), checking them."""
     unknown = set(settings) - set(BILM_SETTINGS) - set(OWNER_SETTINGS)
     if unknown:
-        raise ValueError(f"Unknown ELMo biLM settings {sorted(unknown)}; known: {sorted((*BILM_SETTINGS, *OWNER_SETTINGS))}")
+        raise ElmoSettingsError(f"Unknown ELMo biLM settings {sorted(unknown)}; known: {sorted((*BILM_SETTINGS, *OWNER_SETTINGS))}")
     merged = {**model.attrs, **settings}
     check_initial_state(merged["initial_state"])
     check_model_files(merged["options_file"], merged["weight_file"])
     for key in ("max_batch_tokens", "max_sentence_tokens"):
-        if merged[key] < 1:
-            raise ValueError(f"{key} must be a positive number of tokens, found {merged[key]}")
+        check_token_count(merged[key], key)
     check_cache_size(merged["cache_size"])
     check_precision_name(merged["precision"])
     if merged["precision"] != DEFAULT_PRECISION and not merged["frozen"]:
-        raise ValueError(
+        raise ElmoSettingsError(
             f"precision {merged['precision']!r} is for a frozen biLM: fine-tuning (frozen = false) trains fp32 "
             f"weights. Set precision = \"fp32\" to fine-tune, or frozen = true"
         )

@@ -17,8 +17,8 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
 from ..sources.download import resolve_model
-from ..errors import ElmoWeightsError
-from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
+from ..errors import ElmoSettingsError, ElmoWeightsError
+from ..model.fixed_mix import DEFAULT_MIX, MixName, MixSpec, check_mix_spec, fixed_mix_weights
 from ..util.threads import DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
 from .architectures import (
     bilm_options,
@@ -32,6 +32,7 @@ from .architectures import (
     mix_docs,
     reset_state,
 )
+from .config_types import CacheMegabytes, ModelName, Threads, WaitMilliseconds, check_cache_mb
 from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
@@ -73,17 +74,17 @@ class ElmoOutput(NamedTuple):
 def make_elmo(
     nlp: Language,
     name: str,
-    model: Union[str, Model[List[Doc], List[Floats3d]]],
+    model: Union[ModelName, Model[List[Doc], List[Floats3d]]],
     frozen: bool,
-    mix: Union[str, List[float]],
+    mix: Union[MixName, List[float]],
     store_vectors: bool,
     store_layers: bool,
     set_tensor: bool,
     vector_hooks: bool,
-    train_cache_mb: float,
-    threads: Optional[int],
+    train_cache_mb: CacheMegabytes,
+    threads: Optional[Threads],
     batch_requests: bool,
-    batch_wait_ms: float,
+    batch_wait_ms: WaitMilliseconds,
 ) -> "Elmo":
     """Build the ``elmo`` component; see :class:`Elmo` for the settings.
 
@@ -152,8 +153,7 @@ class Elmo(TrainablePipe):
         batch_wait_ms: float = 0.0,
     ):
         check_mix_spec(mix)
-        if train_cache_mb < 0:
-            raise ValueError(f"train_cache_mb must be >= 0 (0 turns the layer cache off), found {train_cache_mb}")
+        check_cache_mb(train_cache_mb)
         install_extensions()
         self.vocab = vocab
         self.model = model
@@ -502,7 +502,7 @@ def _refuse_tensor_clash(nlp: Language, name: str) -> None:
             for node in model.walk()
         )
         if listens:
-            raise ValueError(
+            raise ElmoSettingsError(
                 f"The {name!r} component has set_tensor = true, but {other!r} listens to a tok2vec component, which "
                 f"passes it its vectors through doc.tensor: {name!r} would overwrite them. Set set_tensor = false "
                 f"(Doc._.elmo holds the vectors), or give {other!r} its own tok2vec."

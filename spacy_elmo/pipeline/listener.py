@@ -29,8 +29,10 @@ from spacy.util import registry
 from thinc.api import Model, concatenate, deserialize_attr, serialize_attr
 from thinc.types import Floats2d, Floats3d
 
+from ..errors import ElmoPipelineError
 from ..sources.resolve import DEFAULT_LANG
 from .architectures import bilm_config, configure_bilm_model, frozen_backprop
+from .config_types import DropoutRate, Penalty
 from .handoff import LayerHandoff
 from .scalar_mix import build_scalar_mix
 
@@ -84,7 +86,7 @@ class ListenerState:
     def verify_inputs(self, docs: List[Doc]) -> None:
         found = batch_id(docs)
         if found != self.batch_id:
-            raise ValueError(Errors.E953.format(id1=found, id2=self.batch_id))
+            raise ElmoPipelineError(Errors.E953.format(id1=found, id2=self.batch_id))
 
 
 @serialize_attr.register(ListenerState)
@@ -160,13 +162,13 @@ def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Li
 
         return outputs, backprop
     if not state.handoffs:
-        raise ValueError(NOT_LINKED)
+        raise ElmoPipelineError(NOT_LINKED)
     outputs = []
     for doc in docs:
         layers = take_layers(model, doc)
         if layers is None:
             if is_train:  # the upstream component is frozen and not annotating, so nothing reached us
-                raise ValueError(Errors.E203.format(name="elmo"))
+                raise ElmoPipelineError(Errors.E203.format(name="elmo"))
             # No layers (e.g. shape inference at initialization): zeros of the right shape.
             layers = model.ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO"))
         outputs.append(model.ops.asarray(layers))
@@ -184,8 +186,8 @@ def _mix_head(
 def build_elmo_listener(
     upstream: str = "*",
     layer_norm: bool = False,
-    dropout: float = 0.0,
-    l2: float = 0.0,
+    dropout: DropoutRate = 0.0,
+    l2: Penalty = 0.0,
     embed: Optional[TokVecModel] = None,
 ) -> TokVecModel:
     """Token vectors for a downstream component: its own scalar mix of an upstream ``elmo`` component's layers.
@@ -205,8 +207,8 @@ def build_elmo_embedding_v2(
     frozen: bool = True,
     lang: str = DEFAULT_LANG,
     layer_norm: bool = False,
-    dropout: float = 0.0,
-    l2: float = 0.0,
+    dropout: DropoutRate = 0.0,
+    l2: Penalty = 0.0,
     embed: Optional[TokVecModel] = None,
 ) -> TokVecModel:
     """A component's own biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
@@ -233,7 +235,7 @@ def replace_listener_cfg(
     ``functools.partial``), so a path given to ``initialize`` reaches the new block's ``bilm``.
     """
     if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
-        raise ValueError(
+        raise ElmoPipelineError(
             f"replace_listeners: expected a 'spacy_elmo.ElmoListener.v1' block, found {listener_cfg.get('@architectures')!r}"
         )
     new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}

@@ -11,7 +11,9 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d
 
+from ..errors import ElmoPipelineError
 from .architectures import frozen_backprop
+from .config_types import check_dropout, check_l2
 
 LAYER_NORM_EPS = 1e-12
 
@@ -24,10 +26,8 @@ def build_scalar_mix(
     The mix skips the gradient of its input when ``source`` backpropagates with
     :func:`~spacy_elmo.pipeline.architectures.frozen_backprop` (a frozen biLM).
     """
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), found {dropout}")
-    if l2 < 0:
-        raise ValueError(f"l2 must be >= 0, found {l2}")
+    check_dropout(dropout)
+    check_l2(l2)
     return Model(
         "elmo_scalar_mix",
         _forward,
@@ -44,7 +44,7 @@ def _init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d
     source = model.layers[0]
     source.initialize(X=X)
     if not (source.has_dim("nL") and source.has_dim("nO")):
-        raise ValueError(
+        raise ElmoPipelineError(
             "The ELMo listener does not know the biLM's size: put an 'elmo' component before this component in "
             "the pipeline (its name must match the listener's 'upstream', or use '*') and call nlp.initialize()"
         )

@@ -86,7 +86,7 @@ class InitializeSection(_Section):
     @model_validator(mode="after")
     def _both_files(self) -> "InitializeSection":
         if (self.options_file is None) != (self.weight_file is None):
-            raise ValueError("give both options_file and weight_file, or neither")
+            raise PretrainConfigError("give both options_file and weight_file, or neither")
         return self
 
 
@@ -110,7 +110,7 @@ class TrainingSection(_Section):
     @classmethod
     def _known_optimizer(cls, value: str) -> str:
         if value not in ("adagrad", "adam", "sgd"):
-            raise ValueError(f"must be one of adagrad, adam, sgd; found {value!r}")
+            raise PretrainConfigError(f"must be one of adagrad, adam, sgd; found {value!r}")
         return value
 
 

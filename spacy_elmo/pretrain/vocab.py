@@ -3,6 +3,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from ..errors import VocabularyError
 from ..util.files import atomic_write
 from ..model.chars import BOS_TOKEN, EOS_TOKEN
 from ..util.text import Tokenizer, open_text, split_long
@@ -19,7 +20,7 @@ class Vocab:
 
     def __init__(self, words: Sequence[str]):
         if tuple(words[:3]) != SPECIALS:
-            raise ValueError(f"A vocabulary must start with {SPECIALS}, found {tuple(words[:3])}")
+            raise VocabularyError(f"A vocabulary must start with {SPECIALS}, found {tuple(words[:3])}")
         self.words: List[str] = list(words)
         self.ids: Dict[str, int] = {w: i for i, w in enumerate(self.words)}
 

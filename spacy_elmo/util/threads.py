@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import torch
 
+from ..errors import ElmoSettingsError
+
 DEFAULT_THREADS = 1
 
 _lock = threading.Lock()
@@ -26,7 +28,7 @@ _previous = 0  # torch's setting before the first of them
 def check_threads(threads: Optional[int]) -> Optional[int]:
     """``threads`` if it is a positive int or None (None: torch's own setting, left as it is)."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive integer, or None to keep torch's own setting; found {threads!r}")
+        raise ElmoSettingsError(f"threads must be a positive integer, or None to keep torch's own setting; found {threads!r}")
     return threads
 
 
@@ -180,5 +182,5 @@ def _answer(request: _Request, results: Optional[List[Any]] = None, error: Optio
 def check_wait_ms(wait_ms: float) -> float:
     """``wait_ms`` if it is a number of milliseconds >= 0 (0: merge only the calls that are already waiting)."""
     if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or not wait_ms >= 0:
-        raise ValueError(f"batch_wait_ms must be a number of milliseconds >= 0 (0: no waiting), found {wait_ms!r}")
+        raise ElmoSettingsError(f"batch_wait_ms must be a number of milliseconds >= 0 (0: no waiting), found {wait_ms!r}")
     return float(wait_ms)

@@ -102,3 +102,22 @@ def test_the_readme_states_the_embedded_models_size_that_list_shows():
              for name in ("en_gutenberg_tiny", "zh_classics_tiny")}
     assert len(sizes) == 1
     assert f"| {sizes.pop()} each, in the package |" in readme
+
+
+@pytest.mark.parametrize("wrong", ["--options", "--weights", "damaged", "--precision"])
+def test_embed_reports_a_wrong_model_option_in_one_line_without_a_traceback(tmp_path, wrong):
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "elmo" / "allennlp"
+    damaged = tmp_path / "damaged.hdf5"
+    damaged.write_bytes((fixtures / "lm_weights.hdf5").read_bytes()[:2000])
+    given = {"--options": str(fixtures / "options.json"), "--weights": str(fixtures / "lm_weights.hdf5")}
+    named = {"--options": str(tmp_path / "nope.json"), "--weights": str(tmp_path / "nope.hdf5"), "damaged": str(damaged)}
+    if wrong == "--precision":
+        given["--precision"], named[wrong] = "fp16", "--precision"  # on a CPU
+    else:
+        given["--weights" if wrong == "damaged" else wrong] = named[wrong]
+    (tmp_path / "in.txt").write_text("The cat sat .\n", encoding="utf-8")
+    args = [arg for item in given.items() for arg in item]
+    done = _cli("embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), *args, "--quiet")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("✘ ") and named[wrong] in done.stderr, done.stderr
+    assert ("damaged" in done.stderr) == (wrong == "damaged")

@@ -355,3 +355,24 @@ def test_a_precision_this_cpu_refuses_writes_nothing(allennlp_files, corpus, tmp
     result = embed(allennlp_files, str(corpus), str(out), "--precision", "bf16")
     assert result.exit_code == 1 and "--precision: precision 'bf16' needs a CPU with native bf16" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--options", "--weights", "damaged --weights", "--precision"])
+def test_a_wrong_option_is_one_line_naming_it_or_its_file(allennlp_files, corpus, tmp_path, option):
+    """A load error names the file, not --precision; a damaged weights file says so; a bad --precision names it."""
+    options, weights = allennlp_files
+    damaged = tmp_path / "damaged.hdf5"
+    damaged.write_bytes(weights.read_bytes()[:2000])
+    flag, value, expected = {
+        "--options": ("--options", str(tmp_path / "missing.json"), [str(tmp_path / "missing.json")]),
+        "--weights": ("--weights", str(tmp_path / "missing.hdf5"), [str(tmp_path / "missing.hdf5")]),
+        "damaged --weights": ("--weights", str(damaged), [str(damaged), "damaged"]),
+        "--precision": ("--precision", "fp17", ["--precision", "fp17"]),
+    }[option]
+    given = {"--options": str(options), "--weights": str(weights), "--precision": "fp32", flag: value}
+    args = [arg for key, value in given.items() for arg in (key, value)]
+    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "out.hdf5"), *args, "--quiet"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception  # not uncaught
+    assert result.output.startswith("✘ ") and len(result.output.strip().splitlines()) == 1, result.output
+    assert all(part in result.output for part in expected), result.output
+    assert ("--precision" in result.output) == (option == "--precision"), result.output

@@ -57,7 +57,7 @@ def test_a_bad_choice_is_a_config_error_naming_the_key(key, value):
 
 @pytest.mark.parametrize("key, value", [("max_batch_tokens", 0), ("max_sentence_tokens", -3), ("cache_size", -1)])
 def test_an_out_of_range_number_is_refused_naming_the_key(key, value):
-    with pytest.raises(ValueError, match=f"{key} must be"):
+    with pytest.raises(ConfigValidationError, match=rf"{key}\s+at root: {value} is not a number"):
         spacy.blank("en").add_pipe("elmo", config={"model": v2_block(**{**SETTINGS, key: value})})
 
 

@@ -140,7 +140,7 @@ def test_initialize_takes_the_weights_from_initialize_settings(embedder):
     [
         ({"weight_file": None}, "both options_file and weight_file"),
         ({"initial_state": "random"}, "initial_state"),
-        ({"mix": "bottom"}, "mix must be one of"),
+        ({"mix": "bottom"}, r"mix\s+at root: 'bottom' is not"),
         ({"max_sentence_tokens": 0}, "max_sentence_tokens"),
     ],
 )

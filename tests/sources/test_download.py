@@ -199,7 +199,7 @@ def test_pipeline_component_takes_a_model_name(server, tmp_path, monkeypatch):
     in_block = spacy.blank("en")
     in_block.add_pipe("elmo", config={"model": block})
     np.testing.assert_allclose(in_block("The cat sat .")._.elmo, expected[-1], atol=1e-5)
-    with pytest.raises(Exception, match="neither an existing options file nor the name"):
+    with pytest.raises(ConfigValidationError, match="'smal' is not an options.json file, or the name of a downloaded"):
         spacy.blank("en").add_pipe("elmo", config={"model": {**block, "options_file": "smal"}})
 
 

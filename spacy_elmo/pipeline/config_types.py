@@ -1,0 +1,95 @@
+"""Types of the registered functions' settings, so that spaCy's config validation refuses a bad value as a config
+error naming the setting (``spacy debug config``, ``spacy train``, ``nlp.add_pipe``), before anything is built.
+
+confection, spaCy 3.8's config system, checks each setting against its annotation. For a class of its own kind it
+runs the class's ``__get_validators__`` (pydantic v1's protocol) and, when one raises a ValueError, reports
+``<setting>  at root: <value> is not <the class>``: the classes here print as what the setting accepts. pydantic
+v1's constraints (``conint``, ``Field(ge=...)``) are not read by confection's checker, so they would let any
+number through. The same checks run when a component or architecture is built from Python, where they raise
+:class:`ElmoSettingsError`; the model checks read no file.
+"""
+from typing import Any, Callable, Iterator
+
+from ..errors import ElmoError, ElmoSettingsError
+from ..model.token_cache import check_cache_size
+from ..sources.resolve import check_downloaded, check_model_source
+from ..util.threads import check_threads, check_wait_ms
+
+DOWNLOAD_HINT = (
+    "get one with python -m spacy_elmo download NAME, or from files fetched by hand with python -m spacy_elmo "
+    "download NAME --from PATH; the names: python -m spacy_elmo list"
+)
+
+
+class SettingType(type):
+    """The metaclass of the setting types: ``check`` refuses a value with an ElmoError, and the type prints as
+    ``accepts``, which is what confection's config errors show."""
+
+    accepts: str
+    check: Callable[[Any], Any]
+
+    def __repr__(cls) -> str:
+        return cls.accepts
+
+    def __get_validators__(cls) -> Iterator[Callable[[Any], Any]]:
+        yield cls.validate
+
+    def validate(cls, value: Any) -> Any:
+        """``value`` if the setting takes it; else a ValueError, the validators' protocol, with the check's message."""
+        try:
+            cls.check(value)
+        except ElmoError as err:
+            raise ValueError(str(err)) from None
+        return value
+
+
+def setting_type(name: str, accepts: str, check: Callable[[Any], Any]) -> type:
+    """A setting type called ``name`` that takes the values ``check`` passes, described by ``accepts``."""
+    return SettingType(name, (), {"accepts": accepts, "check": staticmethod(check)})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_token_count(value: Any, name: str = "a number of tokens") -> None:
+    """Refuse a number of tokens (a batch's, a window's) below 1."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ElmoSettingsError(f"{name} must be a positive number of tokens, found {value!r}")
+
+
+def check_cache_mb(value: Any) -> None:
+    """Refuse a layer cache size that is not a number of megabytes >= 0."""
+    if not (_is_number(value) and value >= 0):
+        raise ElmoSettingsError(f"train_cache_mb must be >= 0 (0 turns the layer cache off), found {value!r}")
+
+
+def check_dropout(value: Any) -> None:
+    """Refuse a dropout rate outside [0, 1)."""
+    if not (_is_number(value) and 0.0 <= value < 1.0):
+        raise ElmoSettingsError(f"dropout must be in [0, 1), found {value!r}")
+
+
+def check_l2(value: Any) -> None:
+    """Refuse a negative L2 penalty."""
+    if not (_is_number(value) and value >= 0):
+        raise ElmoSettingsError(f"l2 must be >= 0, found {value!r}")
+
+
+def _check_int_cache_size(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ElmoSettingsError(f"cache_size must be a whole number of token vectors, found {value!r}")
+    check_cache_size(value)
+
+
+TokenCount = setting_type("TokenCount", "a number of tokens >= 1", check_token_count)
+CacheSize = setting_type("CacheSize", "a number of token vectors >= 0 (0: no token cache)", _check_int_cache_size)
+CacheMegabytes = setting_type("CacheMegabytes", "a number of megabytes >= 0 (0: no layer cache)", check_cache_mb)
+Threads = setting_type("Threads", "a number of threads >= 1 (null: torch's own setting)", check_threads)
+WaitMilliseconds = setting_type("WaitMilliseconds", "a number of milliseconds >= 0", check_wait_ms)
+DropoutRate = setting_type("DropoutRate", "a rate in [0, 1)", check_dropout)
+Penalty = setting_type("Penalty", "a number >= 0", check_l2)
+ModelSource = setting_type(
+    "ModelSource", f"an options.json file, or the name of a downloaded published model ({DOWNLOAD_HINT})", check_model_source
+)
+ModelName = setting_type("ModelName", f"the name of a downloaded published model ({DOWNLOAD_HINT})", check_downloaded)
