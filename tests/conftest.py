@@ -4,9 +4,15 @@ The reference fixtures (Apache-2.0) are in the repository, so the tests run from
 data sets (CoNLL-2003, SST, Weibo NER) never are: tests that need them read ``../shared/data`` beside the
 checkout and skip, naming the folder, when it is absent. ``SPACY_ELMO_REQUIRE_SHARED=1`` (set by ``.ci/run``)
 turns those skips into failures, so that CI cannot pass by skipping.
+
+Tiers: tests marked ``slow`` (they start processes or take over ~5 s) are left out by pytest.ini's
+``-m "not slow"``; ``--all`` runs them too.
 """
 import os
+import socket
+import sys
 from pathlib import Path
+from typing import List
 
 import pytest
 import torch
@@ -19,6 +25,30 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "elmo"
 ALLENNLP = FIXTURE / "allennlp"
 BILM_TF = FIXTURE / "bilm-tf" / "model"
 REQUIRE_SHARED_VAR = "SPACY_ELMO_REQUIRE_SHARED"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--all``: the slow tier too, so that one command runs every test."""
+    parser.addoption("--all", action="store_true", help="run the slow tier too (tests marked slow)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``--all`` drops pytest.ini's ``-m "not slow"``; any other ``-m`` of the command line stays."""
+    if config.getoption("--all") and config.option.markexpr == "not slow":
+        config.option.markexpr = ""
+
+
+def free_port() -> int:
+    """A TCP port the OS has just found free, for a server or rendezvous a test starts (no fixed port to clash)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*args: str) -> List[str]:
+    """The command that runs ``args`` in two processes under torchrun, rendezvous on a free port."""
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    return [*launch, "--master_port", str(free_port()), *args]
 
 
 def shared_data(name: str) -> Path:

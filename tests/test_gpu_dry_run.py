@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.pretrain.conftest import TRAIN_TEXT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +70,7 @@ def _dry_run(tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_gpu_pretraining_dry_run_trains_checks_and_returns_files_without_spacy(tmp_path):
     bundled = _bundle(tmp_path)
     assert bundled.returncode == 0, bundled.stderr

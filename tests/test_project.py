@@ -210,6 +210,7 @@ def _run_workflow(
     return project, proc
 
 
+@pytest.mark.slow
 def test_project_run_all_on_the_sample(tmp_path):
     which, extra = _elmo_vars()
     print(f"ELMo weights for the workflow: {which}")
@@ -247,6 +248,7 @@ def test_project_run_all_on_the_sample(tmp_path):
     assert (project / "project.lock").exists()
 
 
+@pytest.mark.slow
 def test_project_weibo_workflow_trains_chinese_ner_with_the_embedded_chinese_model(tmp_path):
     weibo = shared_data("weibo_ner")
     project, _ = _run_workflow(
@@ -262,6 +264,7 @@ def test_project_weibo_workflow_trains_chinese_ner_with_the_embedded_chinese_mod
     assert {r["run"] for r in rows} == {"weibo"}
 
 
+@pytest.mark.slow
 def test_project_sample_adapt_workflow_fine_tunes_the_embedded_bilm_on_training_text(tmp_path):
     # What a plain clone has: the run's vocabulary and fp16 softmax, and the biLM the package ships (no checkpoint).
     run, shipped = ROOT / "pretrain_runs" / "en_gutenberg_tiny", ROOT / "spacy_elmo" / "data" / "en_gutenberg_tiny"

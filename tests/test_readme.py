@@ -66,6 +66,7 @@ def example_folder(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [page for page in PAGES if _blocks(page, "python")], ids=lambda page: page.name)
 def test_python_blocks_run(page: Path, example_folder: Path, monkeypatch):
     monkeypatch.chdir(example_folder)

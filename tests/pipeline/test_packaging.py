@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import List
 
 import numpy as np
+import pytest
 import spacy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +42,7 @@ def venv_without_spacy_elmo(path: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_a_packaged_pipeline_installs_beside_spacy_elmo_s_wheel_and_loads(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")  # the embedded English model

@@ -13,6 +13,7 @@ from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.trainer import InitializeError, ResumeError, Trainer
 from spacy_elmo.formats.weights import load_files
+from tests.conftest import torchrun
 from tests.pretrain.conftest import tiny_config
 
 
@@ -68,13 +69,12 @@ def test_exported_files_load_into_the_embedder_with_the_same_outputs(tmp_path):
     assert vocab[:3] == ["<S>", "</S>", "<UNK>"]
 
 
-def _torchrun_replicas(tmp_path, config, port: int):
+def _torchrun_replicas(tmp_path, config):
     """Train ``config`` with two processes into tmp_path/out; each process's final parameters."""
     path = tmp_path / "ddp.cfg"
     config.to_disk(path)
     worker = ["-m", "tests.pretrain.ddp_worker", str(path), str(tmp_path / "out")]
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
-    done = subprocess.run(launch + worker, capture_output=True, text=True, timeout=300, cwd=_repo_root())
+    done = subprocess.run(torchrun(*worker), capture_output=True, text=True, timeout=300, cwd=_repo_root())
     assert done.returncode == 0, done.stderr[-3000:]
     replicas = [torch.load(tmp_path / "out" / f"replica{r}.pt", weights_only=True) for r in (0, 1)]
     for name, tensor in replicas[0].items():
@@ -82,8 +82,9 @@ def _torchrun_replicas(tmp_path, config, port: int):
     return replicas
 
 
+@pytest.mark.slow
 def test_two_processes_with_torchrun_end_with_identical_replicas(tmp_path):
-    replicas = _torchrun_replicas(tmp_path, tiny_config(12, checkpoint_every=12, log_every=4), 29581)
+    replicas = _torchrun_replicas(tmp_path, tiny_config(12, checkpoint_every=12, log_every=4))
     losses = [r["loss"] for r in _log(tmp_path / "out")]
     assert len(losses) == 3 and losses[-1] < losses[0]
     # One process takes the run over: model and optimizer exactly, the text at the same point of its epoch.
@@ -97,9 +98,10 @@ def test_two_processes_with_torchrun_end_with_identical_replicas(tmp_path):
     assert alone.step == 14
 
 
+@pytest.mark.slow
 def test_two_processes_stop_together_at_max_tokens(tmp_path):
     # Both processes' tokens count, and both stop at the same step (or one would wait for the other forever).
-    _torchrun_replicas(tmp_path, tiny_config(100, log_every=1, max_tokens=1000), 29584)
+    _torchrun_replicas(tmp_path, tiny_config(100, log_every=1, max_tokens=1000))
     seen = [r["tokens_seen"] for r in _log(tmp_path / "out")]
     assert seen[-2] < 1000 <= seen[-1] and len(seen) < 100
 

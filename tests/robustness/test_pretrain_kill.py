@@ -1,34 +1,42 @@
-"""``python -m spacy_elmo pretrain`` killed with SIGKILL in the middle of writing its files, then resumed.
+"""``python -m spacy_elmo pretrain`` killed with SIGKILL while writing its files, then resumed; SIGTERM to one rank.
 
-After every kill the output directory must hold a loadable checkpoint and an export that ``ElmoEmbedder``
-loads; rerunning the command must finish with exactly the weights of an uninterrupted run.
+The kills are deterministic: ``SPACY_ELMO_KILL_AT`` (spacy_elmo/util/files.py) makes the process kill itself at
+a chosen step of a chosen write. After every kill the output directory must hold the last complete checkpoint
+and export, which load; rerunning the command must finish with exactly the weights of an uninterrupted run.
 """
-import random
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Dict
 
 import numpy as np
+import pytest
 import torch
 
 from spacy_elmo import ElmoEmbedder
+from spacy_elmo.formats.weights import load_files
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.trainer import CHECKPOINT, Trainer
 from spacy_elmo.pretrain.vocab import Vocab
+from spacy_elmo.util.files import KILL_AT_VAR, WRITE_STEPS
 
+from tests.conftest import torchrun
 from tests.pretrain.conftest import tiny_config
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_STEPS = 30
-# The two big files every checkpoint (checkpoint_every = 1) rewrites; options.json goes the same way (atomic_write)
-WRITTEN = (CHECKPOINT, "weights.hdf5")
+# Each checkpoint (checkpoint_every = 1) writes options.json, then weights.hdf5, then the checkpoint, each atomically
+WRITTEN = ("weights.hdf5", CHECKPOINT)
+KILLED_WRITE = 2  # each killed run dies in its second checkpoint: the first one is complete
 
 
-def pretrain(config: Path, out: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(out), "--quiet"]
-    return subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def pretrain_command(config: Path, out: Path) -> list:
+    return [sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(out), "--quiet"]
 
 
 def wait_for(process: subprocess.Popen, ready: Callable[[], bool], timeout: float = 120.0) -> None:
@@ -36,45 +44,51 @@ def wait_for(process: subprocess.Popen, ready: Callable[[], bool], timeout: floa
     while not ready():
         assert process.poll() is None, f"pretraining ended early: {process.stderr.read()[-2000:]}"
         assert time.monotonic() < deadline, "pretraining got nowhere"
-        time.sleep(0.0002)
+        time.sleep(0.01)
 
 
-def check_output_dir(out: Path) -> int:
-    """The checkpoint loads without pickle and the export into ElmoEmbedder; returns the checkpoint's step."""
+def check_output_dir(out: Path) -> Dict[str, torch.Tensor]:
+    """The checkpoint loads without pickle and the export into ElmoEmbedder; returns the checkpoint."""
     state = torch.load(out / CHECKPOINT, weights_only=True)
     assert 0 < state["step"] <= MAX_STEPS
     layers = ElmoEmbedder(out / "options.json", out / "weights.hdf5").embed_sentence(["A", "test", "."])
     assert layers.shape == (3, 3, 32) and np.isfinite(layers).all()
     assert Vocab.from_file(out / "vocab.txt").words[:3] == ["<S>", "</S>", "<UNK>"]
-    return state["step"]
+    return state
 
 
-def test_sigkill_while_writing_checkpoints_then_resume(tmp_path):
+def export_is_of_checkpoint(out: Path, state: Dict[str, torch.Tensor]) -> bool:
+    """Whether weights.hdf5 holds the biLM weights of the checkpoint ``state`` (the same step's export)."""
+    exported = load_files(out / "options.json", out / "weights.hdf5").state_dict()
+    return all(torch.equal(tensor, state["model"]["bilm." + name]) for name, tensor in exported.items())
+
+
+def kill_in_write(config: Path, out: Path, target: str, step: str) -> None:
+    """Run the pretraining command until it kills itself at ``step`` of its KILLED_WRITE-th write of ``target``."""
+    env = {**os.environ, KILL_AT_VAR: f"{out / target}:{step}:{KILLED_WRITE}"}
+    done = subprocess.run(pretrain_command(config, out), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("target", WRITTEN)
+def test_sigkill_at_each_step_of_a_write_leaves_the_last_complete_files_then_resume(tmp_path, target):
     config = tmp_path / "pretrain.cfg"
     tiny_config(MAX_STEPS, checkpoint_every=1, log_every=10, eval_every=1000).to_disk(config)
     out = tmp_path / "out"
-    rng = random.Random(0)
-    killed_mid_write = set()
-    for target in WRITTEN:
-        half_written = out / (target + ".tmp")
-        for _ in range(10):  # the window is short: retry until the kill lands inside it
-            process = pretrain(config, out)
-            wait_for(process, (out / CHECKPOINT).exists)
-            time.sleep(rng.uniform(0.0, 0.5))  # a random later step
-            wait_for(process, half_written.exists)
-            process.kill()  # SIGKILL
-            assert process.wait(timeout=60) == -9
-            if half_written.exists():
-                killed_mid_write.add(target)
-                break
-        assert check_output_dir(out) < MAX_STEPS
-    assert killed_mid_write == set(WRITTEN)
-    done = subprocess.run(
-        [sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(out), "--quiet"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )
+    last_step = 0
+    for step in WRITE_STEPS:
+        kill_in_write(config, out, target, step)
+        state = check_output_dir(out)
+        renamed = step == "renamed"
+        # the killed run's first checkpoint is complete; its second holds its target only once renamed
+        assert state["step"] == last_step + 1 + (renamed and target == CHECKPOINT)
+        assert (out / (target + ".tmp")).exists() != renamed
+        # the export is the checkpoint's own exactly when the second checkpoint's files stopped between them
+        assert export_is_of_checkpoint(out, state) == (renamed == (target == CHECKPOINT))
+        last_step = state["step"]
+    done = subprocess.run(pretrain_command(config, out), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert check_output_dir(out) == MAX_STEPS
+    assert check_output_dir(out)["step"] == MAX_STEPS
     assert not any(out.glob("*.tmp"))
     # The resumed run ends exactly where an uninterrupted one does.
     typed, raw = load_config(config)
@@ -93,11 +107,7 @@ def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8") if path.exists() else ""
 
 
-def _torchrun(port: int, *args: str) -> list:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), *args]
-
-
-def _sigterm_one_rank_then_resume(tmp_path: Path, port: int) -> None:
+def _sigterm_one_rank_then_resume(tmp_path: Path) -> None:
     """Two ranks under torchrun, SIGTERM to one of them mid-training, then the same command resumed for 2 steps.
 
     Both runs must end as they say: the stopped one with a checkpoint of both ranks and the message, the
@@ -107,7 +117,7 @@ def _sigterm_one_rank_then_resume(tmp_path: Path, port: int) -> None:
     config = tmp_path / "pretrain.cfg"
     tiny_config(10_000, checkpoint_every=1000, log_every=1, eval_every=1000).to_disk(config)
     out = tmp_path / "out"
-    command = _torchrun(port, "-m", "spacy_elmo", "pretrain", str(config), str(out), "--quiet")
+    command = torchrun("-m", "spacy_elmo", "pretrain", str(config), str(out), "--quiet")
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     # A step's record: both ranks took part in its all-reduce, so both are in the loop and handle the signal
     wait_for(process, lambda: '"loss"' in _read(out / "log.jsonl") and len(_children(process.pid)) == 2)
@@ -132,7 +142,7 @@ def _sigterm_one_rank_then_resume(tmp_path: Path, port: int) -> None:
 
 
 def test_sigterm_to_one_rank_stops_both_with_a_checkpoint(tmp_path):
-    _sigterm_one_rank_then_resume(tmp_path, 29583)
+    _sigterm_one_rank_then_resume(tmp_path)
 
 
 def test_sigterm_and_resume_end_cleanly_every_time_with_a_core_taken(tmp_path):
@@ -140,7 +150,7 @@ def test_sigterm_and_resume_end_cleanly_every_time_with_a_core_taken(tmp_path):
     competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         for attempt in range(3):
-            _sigterm_one_rank_then_resume(tmp_path / str(attempt), 29585 + attempt)
+            _sigterm_one_rank_then_resume(tmp_path / str(attempt))
     finally:
         competitor.kill()
         competitor.wait()
@@ -151,7 +161,7 @@ def test_a_distributed_run_ends_its_process_group_threads_before_exit(tmp_path):
     config = tmp_path / "ddp.cfg"
     tiny_config(4, checkpoint_every=4, log_every=4).to_disk(config)
     out = tmp_path / "out"
-    done = subprocess.run(_torchrun(29588, "-m", "tests.pretrain.ddp_worker", str(config), str(out)),
+    done = subprocess.run(torchrun("-m", "tests.pretrain.ddp_worker", str(config), str(out)),
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):

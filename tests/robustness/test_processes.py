@@ -4,10 +4,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_two_worker_processes_fork_and_spawn(tmp_path):
     out = tmp_path / "vectors.npz"
     command = [sys.executable, "-m", "tests.robustness.pipe_workers", str(out)]
