@@ -124,6 +124,8 @@ def configure_bilm_model(model: Model, **settings: Any) -> None:
             f"weights. Set precision = \"fp32\" to fine-tune, or frozen = true"
         )
     model.attrs.update(settings)
+    if is_loaded(model):
+        _sync_module(model)
 
 
 def bilm_settings(model: Model) -> Dict[str, Any]:
@@ -140,7 +142,7 @@ def load_bilm_weights(model: Model) -> None:
     """(Re)load the biLM from the model's ``options_file``/``weight_file`` (both None: the embedded model)."""
     bilm = load_files(*model_files(model.attrs["options_file"], model.attrs["weight_file"], model.attrs["lang"]))
     model.shims[0].set_module(BatchEncoder(ElmoEncoder(bilm)))
-    _apply_settings(model)
+    _sync_module(model)
 
 
 def is_loaded(model: Model) -> bool:
@@ -154,13 +156,22 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[Any] = None) -
         load_bilm_weights(model)
 
 
-def _apply_settings(model: Model) -> BatchEncoder:
-    """The loaded module, brought in line with the model's attrs and dims."""
-    module = model.shims[0].module
-    if module is None:
+def _loaded_module(model: Model) -> BatchEncoder:
+    """The biLM module, read from its files first if needed; one that came without the model's settings (loaded from
+    bytes, whose attrs thinc restores directly) gets them once."""
+    shim = model.shims[0]
+    if shim.module is None:
         load_bilm_weights(model)
-        return model.shims[0].module
-    attrs = model.attrs
+    elif not shim.in_sync:
+        _sync_module(model)
+    return shim.module
+
+
+def _sync_module(model: Model) -> None:
+    """Give the loaded module the model's settings and the model the module's dims: the one writer of the module's
+    settings, called when a setting or the module changes (never per call: it walks every parameter)."""
+    shim = model.shims[0]
+    module, attrs = shim.module, model.attrs
     if module.encoder.initial_state != attrs["initial_state"]:
         module.encoder.initial_state = attrs["initial_state"]
         module.encoder.weights_changed()
@@ -178,17 +189,17 @@ def _apply_settings(model: Model) -> BatchEncoder:
             param.requires_grad_(trainable)
     model.set_dim("nO", module.options.output_dim, force=True)
     model.set_dim("nL", module.options.n_output_layers, force=True)
-    return module
+    shim.in_sync = True
 
 
 def bilm_options(model: Model) -> ElmoOptions:
     """The loaded biLM's options (loading it first if needed)."""
-    return _apply_settings(model).options
+    return _loaded_module(model).options
 
 
 def fill_token_cache(model: Model, words: Iterable[str]) -> None:
     """Pre-fill the biLM's token cache (``cache_size`` > 0) from ``words``, most frequent first, until it is full."""
-    _apply_settings(model).encoder.fill_cache(words)
+    _loaded_module(model).encoder.fill_cache(words)
 
 
 def reset_state(model: Model) -> None:
@@ -210,7 +221,7 @@ def encode_segments(
     The biLM gets gradients only with ``is_train`` on a model that is not ``frozen``; otherwise
     it runs without autograd and the backprop is :func:`frozen_backprop`.
     """
-    _apply_settings(model)
+    _loaded_module(model)
     shim = model.shims[0]
     mix_tensor = None if mix is None else xp2torch(model.ops.asarray1f(mix), device=shim.device)
     inputs = ArgsKwargs(args=(list(words), model.attrs["max_batch_tokens"]), kwargs={"mix": mix_tensor})

@@ -20,11 +20,13 @@ class ElmoShim(PyTorchShim):
     Serialized as msgpack ``{"options": options.json text, "weights": hdf5 bytes, "sha256": of both}``; no pickle.
     The weights keep the dtype of the file they came from (:func:`~spacy_elmo.formats.weights.storage_dtype`): the
     embedded float16 models save at half the float32 size, and a fine-tuned biLM saves as float32.
-    Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU.
+    Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU. ``in_sync``: whether
+    the module has its model's settings (the architecture gives them when it sets or changes a setting).
     """
 
     def __init__(self, module: Optional[BatchEncoder] = None):
         super().__init__(module)
+        self.in_sync = False
 
     @property
     def module(self) -> Optional[BatchEncoder]:
@@ -32,6 +34,7 @@ class ElmoShim(PyTorchShim):
 
     def set_module(self, module: BatchEncoder) -> None:
         self._model = module.to(get_torch_default_device())
+        self.in_sync = False
 
     @property
     def device(self):
@@ -49,7 +52,13 @@ class ElmoShim(PyTorchShim):
 
     @contextlib.contextmanager
     def use_params(self, params) -> Iterator[None]:
-        if self._model is None:
+        """Run the block with ``params``' values of this biLM's parameters (the optimizer's averages); state derived
+        from the weights (token cache, warm state, converted weights) is dropped only if a parameter is swapped.
+
+        A frozen biLM has no averages, so evaluation in ``spacy train`` keeps its cache and converted weights.
+        """
+        prefix = f"pytorch_{self.id}_"
+        if self._model is None or not any(isinstance(key, str) and key.startswith(prefix) for key in params):
             yield
             return
         with super().use_params(params):
