@@ -114,8 +114,9 @@ class ElmoEmbedder:
         # Stateful: the whole call is one biLM batch, so that row r continues row r of the call before, as in AllenNLP.
         cap = sys.maxsize if self.stateful else self.max_batch_tokens
         with torch.inference_mode(), torch_threads(self.threads):
-            layers = self._batches.per_sentence(batch, cap)
-            return [x.float().cpu().numpy().copy() for x in layers]
+            layers = self._batches(batch, cap).float().cpu().numpy()  # one transfer to the host for the call
+        ends = np.cumsum([len(sentence) for sentence in batch])[:-1]
+        return [np.ascontiguousarray(x) for x in np.split(layers, ends, axis=1)]  # a copy each, but for one sentence
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""

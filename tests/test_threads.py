@@ -280,18 +280,18 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
     sentences = [tuple(s) for s in _thread_sentences(8, seed=14)]
     shared = ElmoEmbedder(*allennlp_files, stateful=True)
     order, running, overlap = [], [], []
-    per_sentence = shared._batches.per_sentence
+    forward = shared._batches.forward
 
     def recording(batch, cap):
         running.append(1)
         overlap.append(len(running))
         order.append([tuple(s) for s in batch])
         try:
-            return per_sentence(batch, cap)
+            return forward(batch, cap)
         finally:
             running.pop()
 
-    shared._batches.per_sentence = recording
+    shared._batches.forward = recording
     threads, answers = _start(lambda s: shared.embed_sentence(list(s)), sentences)
     _join(threads)
     assert max(overlap) == 1 and all(len(call) == 1 for call in order)

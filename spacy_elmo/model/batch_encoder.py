@@ -7,6 +7,7 @@ from torch import nn
 
 from .options import ElmoOptions
 from .batching import length_batches
+from .bilm import BiLmState
 from .carried_state import CarriedState
 from .encoder import ElmoEncoder
 
@@ -37,22 +38,34 @@ class BatchEncoder(nn.Module):
         With ``mix`` (one weight per layer) the layers are summed with these weights batch by
         batch and ``(total_tokens, dim)`` comes back, so the full layers never exist at once.
         """
-        lengths = [len(s) for s in segments]
-        offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))).tolist()
-        shape = (offsets[-1], self.options.output_dim)
-        if mix is None:
-            shape = (self.options.n_output_layers,) + shape
-        out = self.encoder.bilm.w_proj.new_zeros(shape)
-        for batch in length_batches(lengths, max_batch_tokens, keep_order=self.stateful):
+        lengths = np.array([len(s) for s in segments], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        layers = self.encoder.layer_output(int(offsets[-1])) if mix is None else None
+        mixed = None if mix is None else self.encoder.bilm.w_proj.new_zeros(int(offsets[-1]), self.options.output_dim)
+        for batch in length_batches(lengths.tolist(), max_batch_tokens, keep_order=self.stateful):
             start = self.carried.start(self.encoder, len(batch)) if self.stateful else None
-            layers, _, final = self.encoder([segments[i] for i in batch], start)
+            sentences = [segments[i] for i in batch]
+            if mix is None:
+                final = self.encoder.encode(sentences, start, layers, offsets[batch])
+            else:
+                final = self._encode_mixed(sentences, start, mix, mixed, offsets[batch])
             if self.stateful:
                 self.carried.update(final)
-            if mix is not None:
-                layers = torch.tensordot(mix.to(layers.dtype), layers, dims=1)
-            for row, i in enumerate(batch):
-                out[..., offsets[i] : offsets[i + 1], :] = layers[..., row, : lengths[i], :]
-        return out
+        return layers.layers() if mix is None else mixed
+
+    def _encode_mixed(
+        self, sentences: List[Sequence[str]], start: Optional[BiLmState], mix: torch.Tensor, out: torch.Tensor,
+        starts: np.ndarray,
+    ) -> BiLmState:
+        """One batch's layers summed with the weights ``mix`` into ``out`` ``(total_tokens, dim)``, sentence ``i``
+        from row ``starts[i]`` on; returns the batch's final state."""
+        lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+        within = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # each sentence's first token in the batch
+        layers = self.encoder.layer_output(int(lengths.sum()))
+        final = self.encoder.encode(sentences, start, layers, within)
+        rows = torch.from_numpy(np.repeat(starts - within, lengths) + np.arange(int(lengths.sum()))).to(out.device)
+        out.index_copy_(0, rows, torch.tensordot(mix.to(out.dtype), layers.layers(), dims=1))
+        return final
 
     def per_sentence(self, segments: Sequence[Sequence[str]], max_batch_tokens: int) -> List[torch.Tensor]:
         """Each segment's layers, ``(n_layers + 1, len(segment), dim)``, in the order given (views of one tensor)."""

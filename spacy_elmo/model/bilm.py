@@ -1,6 +1,8 @@
 """The bidirectional language model: token layer, then separate forward and backward LSTM stacks."""
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 import torch
 from torch import nn
@@ -9,7 +11,7 @@ from ..errors import ElmoSettingsError
 from .options import ElmoOptions
 from .char_cnn import CharCNN
 from .highway import Highway
-from .lstm import LstmWithProjection, Packing, run_packed
+from .lstm import LayerOutput, LstmWithProjection, Packing, StackedProducts, prepared_products, run_packed
 from .precision import DEFAULT_PRECISION, LowPrecisionLinear, linear, low_precision_linear
 from .token_ids import TokenIds
 
@@ -102,6 +104,11 @@ class BiLm(nn.Module):
         self.precision_parts: Tuple[str, ...] = ()  # the parts at ``precision``
         self._low_proj: Optional[LowPrecisionLinear] = None
         self.weights_dtype = "float32"  # of the file the weights came from (set by weights.load_bilm)
+        self._products: Dict[int, StackedProducts] = {}  # per layer, kept while its weights stay as they are
+
+    def _apply(self, fn, *args, **kwargs):  # moved weights: the kept products would hold the old ones
+        self._products = {}
+        return super()._apply(fn, *args, **kwargs)
 
     def set_precision(self, precision: str, parts: Sequence[str] = ()) -> None:
         """Run ``parts`` (see :data:`PARTS`) at ``precision`` and the rest in fp32; ``"fp32"`` undoes it.
@@ -146,23 +153,31 @@ class BiLm(nn.Module):
         None). Returns the layers and each row's final state (after ``</S>`` going forward, after
         ``<S>`` going backward).
         """
-        batch, steps, _ = tokens.shape
-        if state is None:
-            state = BiLmState.zeros(self.options, batch, tokens)
+        batch, steps, dim = tokens.shape
         packing = Packing(lengths, steps, tokens.device)
+        out = LayerOutput(tokens, self.options.n_layers + 1, batch * steps, dim)
+        final = self.run(packing.pack(tokens, 2), packing, state, out, packing.destinations(np.arange(batch) * steps, 0))
+        return list(out.layers().view(-1, batch, steps, 2 * dim).unbind(0)), final
+
+    def run(
+        self, inputs: torch.Tensor, packing: Packing, state: Optional[BiLmState], out: LayerOutput, tokens: np.ndarray
+    ) -> BiLmState:
+        """Both LSTM stacks over packed ``inputs`` ``(2, n_packed, projection_dim)`` (each row read forward and
+        backward, see :class:`Packing`), every layer written into ``out`` at ``tokens`` (each packed position's
+        token there, -1: none; from :meth:`Packing.destinations`). Returns each row's final state."""
+        if state is None:
+            state = BiLmState.zeros(self.options, packing.batch, inputs)
         start = state.select(packing.order)
-        lengths_t = torch.tensor(list(lengths), device=tokens.device)
-        mask = torch.arange(steps, device=tokens.device)[None, :] < lengths_t[:, None]
-        layers = [torch.cat((tokens, tokens), dim=-1) * mask.unsqueeze(-1).to(tokens.dtype)]
-        inputs = packing.pack(tokens, 2)  # forward and backward reading of every row
+        index = out.index(tokens)
+        out.write(index[0], inputs)
         final_h, final_c = [], []
         for k, lstms in enumerate(zip(self.forward_lstms, self.backward_lstms)):
-            out, h_n, c_n = run_packed(lstms, inputs, packing.active, start.h[k], start.c[k])
+            products = prepared_products(lstms, self._products, k)
+            layer, h_n, c_n = run_packed(products, inputs, packing.active, start.h[k], start.c[k])
             if k > 0 and self.options.use_skip_connections:
-                out = out + inputs
-            layers.append(packing.unpack(out))
+                layer = layer + inputs
+            out.write(index[k + 1], layer)
             final_h.append(h_n)
             final_c.append(c_n)
-            inputs = out
-        final = BiLmState(torch.stack(final_h), torch.stack(final_c)).select(packing.unsort)
-        return layers, final
+            inputs = layer
+        return BiLmState(torch.stack(final_h), torch.stack(final_c)).select(packing.unsort)

@@ -2,12 +2,14 @@
 import warnings
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 
 from .bilm import PRECISION_PARTS, BiLm, BiLmState
 from ..errors import ElmoSettingsError, TokenTruncationWarning
 from .chars import TokenBatch, first_truncated, n_bytes
+from .lstm import LayerOutput, Packing
 from .precision import DEFAULT_PRECISION, check_precision
 from .token_ids import TokenIds
 from .token_cache import TokenCache, check_cache_size
@@ -198,16 +200,33 @@ class ElmoEncoder(nn.Module):
         Returns ``layers`` ``(n_layers + 1, batch, max_len, 2 * projection_dim)`` (zero past each
         sentence's end), the token ``mask`` ``(batch, max_len)`` and each row's final state.
         """
+        lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+        width = int(lengths.max()) if len(lengths) else 0
+        out = self.layer_output(len(sentences) * width)
+        final = self.encode(sentences, state, out, np.arange(len(sentences)) * width)
+        mask = torch.from_numpy(np.arange(width)[None, :] < lengths[:, None]).to(self.device)
+        layers = out.layers().view(self.options.n_output_layers, len(sentences), width, self.options.output_dim)
+        return layers, mask, final
+
+    def layer_output(self, n_tokens: int) -> LayerOutput:
+        """All layers of ``n_tokens`` tokens, zero until :meth:`encode` writes them."""
+        return LayerOutput(self.bilm.w_proj, self.options.n_output_layers, n_tokens, self.options.projection_dim)
+
+    def encode(
+        self, sentences: Sequence[Sequence[str]], state: Optional[BiLmState], out: LayerOutput, starts: np.ndarray
+    ) -> BiLmState:
+        """One biLM pass over a batch, sentence ``i``'s layers written into ``out`` from token ``starts[i]`` on, its
+        ``<S>`` and ``</S>`` left out. ``state``: each row's start (None: :meth:`start_state`). Returns each row's
+        final state.
+
+        The token vectors go straight from the table of distinct tokens to the packed LSTM inputs, both readings
+        of every sentence, and each layer straight from the packed rows to ``out``: no padded copy in between.
+        """
         batch = TokenBatch(sentences)
         if state is None:
             state = self.start_state(batch.batch_size)
         table = self.token_vectors(batch.types)
-        table = torch.cat((table, table.new_zeros(1, table.shape[1])))
-        tokens = table[torch.from_numpy(batch.index).to(self.device)]
-        layers, final = self.bilm(tokens, batch.lengths.tolist(), state)
-        stacked = torch.stack(layers)[:, :, 1:-1]
-        lengths = torch.from_numpy(batch.lengths - 2).to(self.device)
-        mask = torch.arange(stacked.shape[2], device=self.device)[None, :] < lengths[:, None]
-        # The end-of-sentence row moves into the last real position of short rows; zero everything past the end.
-        stacked = stacked * mask[None, :, :, None].to(stacked.dtype)
-        return stacked, mask, final
+        packing = Packing(batch.lengths, batch.index.shape[1], self.device)
+        types = torch.from_numpy(batch.index.reshape(-1)[packing.positions].reshape(-1)).to(self.device)
+        inputs = table.index_select(0, types).view(2, -1, table.shape[1])
+        return self.bilm.run(inputs, packing, state, out, packing.destinations(starts, 1))

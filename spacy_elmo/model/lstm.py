@@ -63,7 +63,7 @@ class LstmWithProjection(nn.Module):
         """
         packing = Packing(lengths, x.shape[1], x.device)
         h0, c0 = h0.index_select(0, packing.order)[None], c0.index_select(0, packing.order)[None]
-        out, h, c = run_packed([self], packing.pack(x, 1), packing.active, h0, c0)
+        out, h, c = run_packed(StackedProducts([self]), packing.pack(x, 1), packing.active, h0, c0)
         return packing.unpack(out), h[0].index_select(0, packing.unsort), c[0].index_select(0, packing.unsort)
 
 
@@ -81,30 +81,69 @@ class Packing:
         t, r = np.nonzero(np.arange(steps)[:, None] < lengths_np[order][None, :])  # step-major, longest rows first
         self.active: List[int] = [int(n) for n in np.bincount(t, minlength=steps) if n > 0]
         rows = order[r]
-        index = np.stack((rows * steps + t, rows * steps + lengths_np[rows] - 1 - t))
-        self.batch, self.steps = len(lengths_np), steps
+        self.batch, self.steps, self.lengths = len(lengths_np), steps, lengths_np
+        # (2, n_packed): each packed position's row and its step in that row, forward and backward.
+        self.rows, self.times = rows, np.stack((t, lengths_np[rows] - 1 - t))
+        self.positions = rows * steps + self.times  # in the flattened batch
         self.order = torch.from_numpy(order).to(device)
         self.unsort = torch.from_numpy(np.argsort(order, kind="stable")).to(device)
-        self._index = torch.from_numpy(index).to(device)  # (2, n_packed) positions in the flattened batch
+        self._index = torch.from_numpy(self.positions).to(device)
 
     def pack(self, x: torch.Tensor, directions: int) -> torch.Tensor:
         """``(batch, steps, dim)`` to ``(directions, n_packed, dim)``."""
         flat = x.reshape(self.batch * self.steps, x.shape[-1])
         return flat.index_select(0, self._index[:directions].reshape(-1)).view(directions, -1, x.shape[-1])
 
+    def destinations(self, starts: np.ndarray, skip: int) -> np.ndarray:
+        """Each packed position's token in a result where row ``r``'s tokens begin at ``starts[r]``, its first and
+        last ``skip`` steps left out (-1: no place); ``(2, n_packed)``."""
+        kept = (self.times >= skip) & (self.times < self.lengths[self.rows] - skip)
+        return np.where(kept, starts[self.rows] + self.times - skip, -1)
+
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """``(directions, n_packed, dim)`` to ``(batch, steps, directions * dim)``, zero past each row's end."""
-        directions, n, dim = packed.shape
-        index = self._index[:directions] * directions + torch.arange(directions, device=packed.device)[:, None]
-        flat = packed.new_zeros(self.batch * self.steps * directions, dim)
-        flat = flat.index_copy(0, index.reshape(-1), packed.reshape(directions * n, dim))
-        return flat.view(self.batch, self.steps, directions * dim)
+        directions, _, dim = packed.shape
+        out = LayerOutput(packed, 1, self.batch * self.steps, dim, directions)
+        tokens = self.destinations(np.arange(self.batch) * self.steps, 0)[:directions]
+        out.write(out.index(tokens)[0], packed)
+        return out.layers()[0].view(self.batch, self.steps, directions * dim)
+
+
+class LayerOutput:
+    """Layers ``(n_layers, n_tokens, directions * dim)`` filled by scattering packed rows into place, zero elsewhere.
+
+    Each packed row is written once, straight to its place. One spare ``dim``-row past the layers takes the
+    packed rows that have no place (a sentence's ``<S>`` and ``</S>``), so dropping them costs no pass of its own.
+    """
+
+    def __init__(self, like: torch.Tensor, n_layers: int, n_tokens: int, dim: int, directions: int = 2):
+        self.shape = (n_layers, n_tokens, directions * dim)
+        self.directions = directions
+        self._rows = like.new_zeros(n_layers * n_tokens * directions + 1, dim)
+
+    def index(self, tokens: np.ndarray) -> torch.Tensor:
+        """Rows of the storage, ``(n_layers, directions * n_packed)``, for packed positions whose tokens are
+        ``tokens`` ``(directions, n_packed)`` (-1: the spare row), layer by layer."""
+        n_layers, n_tokens, _ = self.shape
+        layer = np.arange(n_layers)[:, None, None] * n_tokens
+        rows = (layer + tokens[None]) * self.directions + np.arange(self.directions)[None, :, None]
+        spare = self._rows.shape[0] - 1
+        return torch.from_numpy(np.where(tokens[None] >= 0, rows, spare).reshape(n_layers, -1)).to(self._rows.device)
+
+    def write(self, index: torch.Tensor, packed: torch.Tensor) -> None:
+        """Put ``packed`` ``(directions, n_packed, dim)`` at ``index`` (one layer's row of :meth:`index`)."""
+        self._rows.index_copy_(0, index, packed.reshape(-1, packed.shape[-1]))
+
+    def layers(self) -> torch.Tensor:
+        """The layers written so far (a view of the storage)."""
+        return self._rows[:-1].view(self.shape)
 
 
 def run_packed(
-    lstms: Sequence[LstmWithProjection], x: torch.Tensor, active: List[int], h0: torch.Tensor, c0: torch.Tensor
+    products: "StackedProducts", x: torch.Tensor, active: List[int], h0: torch.Tensor, c0: torch.Tensor
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Run several LSTMs of the same shape and clipping side by side, one per leading index of ``x``.
+    """Run several LSTMs of the same shape and clipping side by side (their ``products``), one per leading index of
+    ``x``.
 
     ``x``: packed inputs ``(n_lstms, n_packed, input_dim)`` (see :class:`Packing`); ``h0``, ``c0``:
     ``(n_lstms, rows, dim)`` in packing order.
@@ -113,8 +152,7 @@ def run_packed(
     rows still running.
     Returns the packed outputs ``(n_lstms, n_packed, projection_dim)`` and each row's final state.
     """
-    first = lstms[0]
-    products = StackedProducts(lstms)
+    first = products.lstms[0]
     h, c = h0, c0
     final_h: List[torch.Tensor] = []
     final_c: List[torch.Tensor] = []
@@ -136,7 +174,7 @@ def run_packed(
             outputs.append(h)
     final_h.append(h)
     final_c.append(c)
-    out = torch.cat(outputs, dim=1) if outputs else x.new_zeros(len(lstms), 0, first.projection_dim)
+    out = torch.cat(outputs, dim=1) if outputs else x.new_zeros(len(products.lstms), 0, first.projection_dim)
     return out, torch.cat(final_h[::-1], dim=1), torch.cat(final_c[::-1], dim=1)
 
 
@@ -144,9 +182,14 @@ class StackedProducts:
     """The three matrix products of several LSTMs side by side, each in fp32 or at the LSTMs' reduced precision.
 
     fp32 products run as one batched product over the stacked weights; reduced ones as one product per LSTM.
+    Built from the LSTMs' weights as they are: :func:`prepared_products` keeps one until they change.
     """
 
     def __init__(self, lstms: Sequence[LstmWithProjection]):
+        self.lstms = tuple(lstms)
+        # What they are built from, held so that no later tensor or precision can take the same address or id.
+        self._weights = [(w.detach(), w._version) for w in _weights(self.lstms)]
+        self._precisions = [lstm.low_precision for lstm in lstms]
         self.low = {name: [lstm.low_precision[name] for lstm in lstms] for name in lstms[0].low_precision}
         self.w = {
             name: torch.stack([getattr(lstm, attr) for lstm in lstms])
@@ -154,6 +197,14 @@ class StackedProducts:
             if name not in self.low
         }
         self.bias = (torch.stack([lstm.bias for lstm in lstms]) + lstms[0]._forget_offset).unsqueeze(1)
+
+    def current(self) -> bool:
+        """Whether the LSTMs still have the weights and precision these products were built from."""
+        same_precision = all(a is lstm.low_precision for a, lstm in zip(self._precisions, self.lstms))
+        return same_precision and all(
+            w.data_ptr() == held.data_ptr() and w._version == version
+            for w, (held, version) in zip(_weights(self.lstms), self._weights)
+        )
 
     def inputs(self, x: torch.Tensor) -> torch.Tensor:
         """Gate inputs with the bias (and the forget gate's +1): ``bias + x W_in``."""
@@ -172,6 +223,29 @@ class StackedProducts:
         if "projection" in self.low:
             return stacked_linear(self.low["projection"], cell_out)
         return torch.bmm(cell_out, self.w["projection"])
+
+
+def prepared_products(lstms: Sequence[LstmWithProjection], kept: Dict[int, StackedProducts], key: int) -> StackedProducts:
+    """The products of ``lstms``: ``kept[key]`` while it is current, else built anew and kept there.
+
+    While the weights learn (autograd on, weights requiring grad) they are stacked per call and not kept, so that
+    gradients reach each LSTM's own parameters. Otherwise they are stacked once, as plain tensors outside autograd
+    and inference mode, usable in any later call.
+    """
+    if torch.is_grad_enabled() and any(p.requires_grad for lstm in lstms for p in lstm.parameters()):
+        return StackedProducts(lstms)
+    products = kept.get(key)
+    if products is None or not products.current():
+        with torch.inference_mode(False), torch.no_grad():
+            products = kept[key] = StackedProducts(lstms)
+    return products
+
+
+def _weights(lstms: Sequence[LstmWithProjection]) -> List[torch.Tensor]:
+    """The weights :class:`StackedProducts` is built from. A weight is unchanged while its storage is the same and
+    its version counter too (torch's ``_version``, which every in-place write bumps: an optimizer step,
+    ``load_state_dict``, ``copy_``); moving the module or assigning ``.data`` changes its storage."""
+    return [w for lstm in lstms for w in (lstm.w_input, lstm.w_hidden, lstm.w_proj, lstm.bias)]
 
 
 def _blocks(active: List[int], max_rows: int) -> List[List[int]]:

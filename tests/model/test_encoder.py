@@ -57,3 +57,30 @@ def test_a_token_past_the_byte_limit_warns_once_per_encoder():
     assert [w.category for w in seen] == [TokenTruncationWarning]
     message = str(seen[0].message)
     assert "51 bytes" in message and "first 48 bytes" in message and "16 Chinese" in message
+
+
+def test_a_batch_gives_each_sentence_its_own_layers_without_boundary_marks_and_zeros_past_its_end():
+    encoder = _encoder(0)
+    sentences = [["The", "cat", "sat", "."], ["A", "much", "longer", "sentence", "than", "that", "."], ["Hi"], []]
+    with torch.no_grad():
+        layers, mask, _ = encoder(sentences)
+        alone = [encoder([s])[0][:, 0] for s in sentences]
+        tokens = encoder.token_vectors(sentences[0])
+    assert layers.shape == (3, 4, 7, 32)
+    np.testing.assert_array_equal(mask.numpy(), np.arange(7)[None, :] < np.array([4, 7, 1, 0])[:, None])
+    for b, sentence in enumerate(sentences):
+        torch.testing.assert_close(layers[:, b, : len(sentence)], alone[b], rtol=0, atol=1e-6)
+        assert (layers[:, b, len(sentence) :] == 0).all()
+    torch.testing.assert_close(layers[0, 0, :4], torch.cat((tokens, tokens), dim=1), rtol=0, atol=1e-6)  # no <S>
+
+
+def test_mixed_layers_are_the_weighted_sum_of_the_layers_in_every_batch():
+    encoder = BatchEncoder(_encoder(0))
+    words = (ALLENNLP / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    segments = [words[i : i + n] for i, n in zip(range(0, 400, 40), [3, 12, 1, 30, 7, 0, 18, 5, 9, 25])]
+    mix = torch.tensor([0.2, -0.5, 1.3])
+    with torch.no_grad():
+        full = encoder(segments, 120)  # several batches, sorted by length: each writes rows far apart
+        mixed = encoder(segments, 120, mix=mix)
+    assert full.shape == (3, sum(map(len, segments)), 32)
+    torch.testing.assert_close(mixed, (mix[:, None, None] * full).sum(0), rtol=0, atol=1e-5)
