@@ -1,7 +1,7 @@
 """spacy-elmo: ELMo contextual word vectors for spaCy, on a PyTorch biLM that reads AllenNLP/bilm-tf weights."""
 from .about import __version__
 from .embedder import ElmoEmbedder
-from .errors import ElmoError, ElmoOptionsError, ElmoWeightsError, TokenTruncationWarning
+from .errors import ElmoError, ElmoOptionsError, ElmoPipelineError, ElmoSettingsError, ElmoWeightsError, TokenTruncationWarning
 from .model.bilm import BiLm
 from .model.encoder import ElmoEncoder
 from .model.options import ElmoOptions
@@ -16,6 +16,8 @@ __all__ = [
     "ElmoError",
     "ElmoOptions",
     "ElmoOptionsError",
+    "ElmoPipelineError",
+    "ElmoSettingsError",
     "ElmoWeightsError",
     "TokenTruncationWarning",
     "install_vector_hooks",
