@@ -17,6 +17,7 @@ from .util.files import PathLike
 from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
 from .model.precision import DEFAULT_PRECISION
 from .model.batch_encoder import BatchEncoder
+from .model.batching import DEFAULT_MAX_BATCH_TOKENS
 from .util.threads import DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
 from .formats.weights import load_files
 
@@ -66,7 +67,7 @@ class ElmoEmbedder:
         device: Union[str, torch.device] = "cpu",
         cache_size: int = 0,
         cache_words: Optional[Iterable[str]] = None,
-        max_batch_tokens: int = 4096,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
         lang: str = DEFAULT_LANG,
         threads: Optional[int] = DEFAULT_THREADS,
         precision: str = DEFAULT_PRECISION,

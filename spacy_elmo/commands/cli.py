@@ -13,6 +13,7 @@ from spacy.cli._util import parse_config_overrides
 from ..errors import ElmoError
 from ..util.interrupts import sigterm_as_interrupt
 from ..model.options import PRESET_NAMES
+from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS
 
 app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs, embed a corpus, plot what was learned.", no_args_is_help=True)
 
@@ -207,7 +208,7 @@ def embed(
     weight_file: str = typer.Option(None, "--weights", help="weights .hdf5 of another ELMo model"),
     model: Optional[str] = typer.Option(None, "--model", help="Name of a downloaded model instead of --options/--weights (see: list)"),
     batch_size: int = typer.Option(32, "--batch-size", help="Lines per biLM call"),
-    max_tokens: int = typer.Option(256, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
+    max_tokens: int = typer.Option(DEFAULT_MAX_SENTENCE_TOKENS, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
     initial_state: Optional[str] = typer.Option(None, "--initial-state", help="auto | zeros | warm: where each window's LSTMs start (default: ElmoEmbedder's)"),
     device: str = typer.Option("cpu", "--device", help="torch device; 'cuda' under torchrun means cuda:$LOCAL_RANK"),
     precision: str = typer.Option("fp32", "--precision", help="fp32 (exact) | int8 | bf16 (CPUs with bf16) | fp16 (GPUs): the biLM's products"),

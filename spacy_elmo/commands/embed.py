@@ -27,14 +27,15 @@ import torch
 from spacy.util import minibatch
 from tqdm import tqdm
 
-from ..sources.resolve import check_model_files, model_files
+from ..sources.resolve import DEFAULT_LANG, check_model_files, model_files
 from ..embedder import ElmoEmbedder
 from ..errors import ElmoSettingsError, EmbedError
 from ..util.files import PathLike
 from ..model.fixed_mix import fixed_mix_weights
 from ..model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
 from ..model.precision import DEFAULT_PRECISION, check_precision, check_precision_name
-from ..util.text import Tokenizer, make_tokenizer, open_text, split_long
+from ..util.text import Tokenizer, make_tokenizer, open_text
+from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS, cut_windows, join_windows, window_tokens
 
 LAYER_MODES = ("all", "top", "average", "mix")
 FORMAT = "spacy-elmo-embeddings/1"
@@ -110,9 +111,9 @@ class EmbedSettings:
     mix_weights: Optional[Tuple[float, ...]] = None
     gamma: float = 1.0
     jsonl: bool = False
-    lang: str = "en"
+    lang: str = DEFAULT_LANG
     whitespace: bool = False
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_SENTENCE_TOKENS
     initial_state: str = DEFAULT_INITIAL_STATE
     options_file: Optional[str] = None
     weight_file: Optional[str] = None
@@ -346,10 +347,8 @@ def embed_file(
 
 def embed_windows(embedder: ElmoEmbedder, documents: Sequence[List[str]], max_tokens: int) -> List[np.ndarray]:
     """All layers of each document, ``(n_layers + 1, n_tokens, dim)``, embedding windows of at most ``max_tokens``."""
-    windows = [split_long(tokens, max_tokens) or [[]] for tokens in documents]
-    flat = embedder.embed_batch([w for doc in windows for w in doc])
-    result, i = [], 0
-    for doc in windows:
-        result.append(np.concatenate(flat[i : i + len(doc)], axis=1))
-        i += len(doc)
-    return result
+    windows = cut_windows([[(0, len(tokens))] for tokens in documents], max_tokens)
+    layers = embedder.embed_batch(window_tokens(documents, windows))
+    options = embedder.options
+    packed = np.concatenate(layers, axis=1) if layers else np.zeros((options.n_output_layers, 0, options.output_dim), np.float32)
+    return join_windows(windows, packed, len(documents))

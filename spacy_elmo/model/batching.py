@@ -8,6 +8,8 @@ from typing import List, Sequence
 import numpy as np
 
 BOUNDARY_TOKENS = 2  # <S> and </S> around every sentence
+# Padded tokens per biLM batch by default (the ``elmo`` component's biLM block, ``ElmoEmbedder``).
+DEFAULT_MAX_BATCH_TOKENS = 4096
 
 
 def length_batches(lengths: Sequence[int], max_batch_tokens: int, keep_order: bool = False) -> List[List[int]]:

@@ -30,12 +30,13 @@ from ..model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder, check_initial_st
 from ..model.token_cache import check_cache_size
 from ..model.precision import DEFAULT_PRECISION, check_precision_name
 from ..model.batch_encoder import BatchEncoder
+from ..model.batching import DEFAULT_MAX_BATCH_TOKENS
 from ..model.options import ElmoOptions
 from ..formats.weights import load_files
 from ..errors import ElmoSettingsError
 from .config_types import CacheSize, ModelSource, TokenCount, check_token_count
 from .elmo_shim import ElmoShim
-from ..util.windows import join_windows
+from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS, join_windows
 from .doc_windows import doc_windows, window_words
 
 ARCHITECTURE = "spacy_elmo.ElmoBiLm.v2"
@@ -66,8 +67,8 @@ def build_bilm_model_v2(
     weight_file: Optional[str] = None,
     initial_state: InitialState = DEFAULT_INITIAL_STATE,
     stateful: bool = False,
-    max_batch_tokens: TokenCount = 4096,
-    max_sentence_tokens: TokenCount = 256,
+    max_batch_tokens: TokenCount = DEFAULT_MAX_BATCH_TOKENS,
+    max_sentence_tokens: TokenCount = DEFAULT_MAX_SENTENCE_TOKENS,
     precision: Precision = DEFAULT_PRECISION,
     cache_size: CacheSize = DEFAULT_CACHE_SIZE,
 ) -> Model[List[Doc], List[Floats3d]]:

@@ -8,6 +8,8 @@ import io
 from pathlib import Path
 from typing import Callable, List
 
+from .windows import cut_windows, window_tokens
+
 Tokenizer = Callable[[str], List[str]]
 
 
@@ -27,5 +29,5 @@ def open_text(path: Path) -> io.TextIOBase:
 
 
 def split_long(tokens: List[str], max_tokens: int) -> List[List[str]]:
-    """Cut a sentence into pieces of at most ``max_tokens`` tokens."""
-    return [tokens[i : i + max_tokens] for i in range(0, len(tokens), max_tokens)] if tokens else []
+    """Cut a sentence into consecutive windows of at most ``max_tokens`` tokens (none for an empty sentence)."""
+    return window_tokens([tokens], cut_windows([[(0, len(tokens))]], max_tokens))
