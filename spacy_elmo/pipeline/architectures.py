@@ -83,7 +83,8 @@ def build_bilm_model_v2(
         boundaries) are cut into windows of this many tokens.
     precision: the biLM's matrix products, as for ``ElmoEmbedder``: "fp32" (exact), "int8", "bf16"
         (CPUs with native bf16), "fp16" (GPUs). Inference only: a biLM that is fine-tuned runs in fp32.
-    cache_size: context-free token vectors kept, so frequent words skip the char CNN (0: none); exact.
+    cache_size: context-free token vectors kept, so frequent words skip the char CNN (0: none); the same vectors up to
+        float32 rounding.
     """
     model = Model(
         "elmo_bilm",
