@@ -42,6 +42,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--cache-size", type=int, default=0, help="token cache (0: none), filled by the warm-up pass")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -51,7 +52,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         options_file, weight_file = make_model(Path(tmp), 0, args.preset)
         for name, parts in variants(args.precision, args.keep_fp32.split(";")).items():
-            embedder = ElmoEmbedder(options_file, weight_file, cache_size=0, threads=1)
+            embedder = ElmoEmbedder(options_file, weight_file, cache_size=args.cache_size, threads=1)
             if parts is not None:  # the model-level switch: the parts are this script's choice, not the setting's
                 embedder.encoder.bilm.set_precision(args.precision, parts)
             embedders[name] = embedder
@@ -60,7 +61,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     seconds = interleaved_cpu_seconds(runs, args.rounds)
     print(f"command: python benchmarks/int8_parts.py {shlex.join(sys.argv[1:] if argv is None else argv)}")
     print(f"machine: {_cpu_model()}; torch {torch.__version__}, 1 thread; load average after: {_load()}")
-    print(f"{args.preset}, {words} words in batches of {args.batch_size}, no token cache, {args.rounds} rounds\n")
+    cache = f"token cache {args.cache_size} (warm)" if args.cache_size else "no token cache"
+    print(f"{args.preset}, {words} words in batches of {args.batch_size}, {cache}, {args.rounds} rounds\n")
     print("| variant | words per CPU-second (best) | x fp32 (median of rounds) | top layer cosine mean / 1st pct |")
     print("| --- | ---: | ---: | --- |")
     fp32 = np.array(seconds["fp32"])

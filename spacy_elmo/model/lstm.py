@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .precision import LowPrecisionLinear, low_precision_linear, stacked_linear
+from .precision import LowPrecisionLinear, Scratch, low_precision_linear, stacked_linear
 
 
 # Packed rows per input product in :func:`run_packed`.
@@ -154,21 +154,22 @@ def run_packed(
     """
     first = products.lstms[0]
     h, c = h0, c0
+    scratch: Scratch = {}  # the reduced-precision products' buffers, shared by this call's steps
     final_h: List[torch.Tensor] = []
     final_c: List[torch.Tensor] = []
     outputs: List[torch.Tensor] = []
     blocks = _blocks(active, BLOCK_ROWS)
     for sizes, x_block in zip(blocks, x.split([sum(b) for b in blocks], dim=1)):
-        for n, step_in in zip(sizes, products.inputs(x_block).split(sizes, dim=1)):
+        for n, step_in in zip(sizes, products.inputs(x_block, scratch).split(sizes, dim=1)):
             if n < h.shape[1]:
                 final_h.append(h[:, n:])
                 final_c.append(c[:, n:])
                 h, c = h[:, :n], c[:, :n]
-            i, j, f, o = products.recurrent(step_in, h).chunk(4, dim=2)
+            i, j, f, o = products.recurrent(step_in, h, scratch).chunk(4, dim=2)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if first.cell_clip:
                 c = c.clamp(-first.cell_clip, first.cell_clip)
-            h = products.project(torch.sigmoid(o) * torch.tanh(c))
+            h = products.project(torch.sigmoid(o) * torch.tanh(c), scratch)
             if first.proj_clip:
                 h = h.clamp(-first.proj_clip, first.proj_clip)
             outputs.append(h)
@@ -206,22 +207,22 @@ class StackedProducts:
             for w, (held, version) in zip(_weights(self.lstms), self._weights)
         )
 
-    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+    def inputs(self, x: torch.Tensor, scratch: Scratch) -> torch.Tensor:
         """Gate inputs with the bias (and the forget gate's +1): ``bias + x W_in``."""
         if "input" in self.low:
-            return stacked_linear(self.low["input"], x, self.bias)
+            return stacked_linear(self.low["input"], x, self.bias, scratch)
         return torch.baddbmm(self.bias, x, self.w["input"])
 
-    def recurrent(self, step_in: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    def recurrent(self, step_in: torch.Tensor, h: torch.Tensor, scratch: Scratch) -> torch.Tensor:
         """``step_in + h W_rec``."""
         if "hidden" in self.low:
-            return stacked_linear(self.low["hidden"], h, step_in)
+            return stacked_linear(self.low["hidden"], h, step_in, scratch)
         return torch.baddbmm(step_in, h, self.w["hidden"])
 
-    def project(self, cell_out: torch.Tensor) -> torch.Tensor:
+    def project(self, cell_out: torch.Tensor, scratch: Scratch) -> torch.Tensor:
         """``cell_out W_proj``."""
         if "projection" in self.low:
-            return stacked_linear(self.low["projection"], cell_out)
+            return stacked_linear(self.low["projection"], cell_out, scratch=scratch)
         return torch.bmm(cell_out, self.w["projection"])
 
 

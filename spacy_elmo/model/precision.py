@@ -6,12 +6,12 @@ nonlinearities, the cell state, clipping, residuals, the highway gates) stays in
 
 int8 scales each *row* of the activations on its own, so a sentence's vectors never depend on its batch-mates
 (torch's ``quantize_dynamic`` scales per tensor, i.e. per batch): each row is divided by its largest magnitude,
-two pinning rows of +1 and -1 fix the per-tensor range that fbgemm's dynamic kernel derives to exactly [-1, 1],
-and the int32 sums are exact whatever the batch. The kernel is torch's fbgemm dynamic quantized linear, reached
+two pinning columns of +1 and -1 (inputs whose weights are zero) fix the per-tensor range that fbgemm's dynamic
+kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The kernel is torch's fbgemm dynamic quantized linear, reached
 through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in one place.
 """
 import warnings
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -20,6 +20,9 @@ from ..errors import ElmoSettingsError
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_PRECISION = "fp32"
+
+# Buffers shared by the products of one call (:func:`stacked_linear`), by shape.
+Scratch = Dict[Tuple[int, int], torch.Tensor]
 
 _FLOAT_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -86,21 +89,26 @@ class LowPrecisionLinear:
         self.in_features, self.out_features = weight.shape
         self.bias = None if bias is None else bias.detach().float().clone()
 
-    def __call__(
-        self, x: torch.Tensor, addend: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None
-    ) -> torch.Tensor:
-        """``x @ weight + bias``, plus ``addend`` (broadcastable to ``(rows, out)``) when given, written into
-        ``out`` (float32 ``(rows, out)``, e.g. a slice of a stacked result) when given. Adding and writing in
-        the product's last pass saves passes over the output."""
-        rows = x.reshape(-1, self.in_features)
-        if addend is None:
-            shift = self.bias
-        else:
-            shift = addend if self.bias is None else addend + self.bias
-        return self._product(rows, shift, out).view(*x.shape[:-1], self.out_features)
+    def __call__(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x @ weight + bias``, plus ``addend`` (broadcastable to ``(rows, out)``) when given."""
+        rows = x.reshape(1, -1, self.in_features)
+        out = rows.new_empty(1, rows.shape[1], self.out_features)
+        return self.products([self], rows, [self.shift(addend)], out, None).view(*x.shape[:-1], self.out_features)
 
-    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor], out: Optional[torch.Tensor]) -> torch.Tensor:
-        """``rows @ weight`` plus ``shift`` (when not None), float32, in ``out`` when given."""
+    def shift(self, addend: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """What is added to the product: the bias and ``addend``, either, or None."""
+        if addend is None:
+            return self.bias
+        return addend if self.bias is None else addend + self.bias
+
+    @staticmethod
+    def products(
+        kernels: Sequence["LowPrecisionLinear"], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
+        out: torch.Tensor, scratch: Optional[Scratch],
+    ) -> torch.Tensor:
+        """``out[d] = x[d] @ W_d + shifts[d]`` for kernels of this class, ``x`` ``(len(kernels), rows, in)``; adding
+        and writing in the product's last pass saves passes over the output. ``scratch``: buffers that the
+        products of one call (e.g. every step of an LSTM) share, see :func:`stacked_linear`."""
         raise NotImplementedError
 
 
@@ -112,11 +120,18 @@ class FloatLinear(LowPrecisionLinear):
         self.dtype = dtype
         self.weight = weight.detach().to(dtype).contiguous()
 
-    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor], out: Optional[torch.Tensor]) -> torch.Tensor:
-        product = torch.mm(rows.to(self.dtype), self.weight)
-        if shift is None:
-            return product.float() if out is None else out.copy_(product)
-        return torch.add(shift, product, out=out)  # promotes to float32
+    @staticmethod
+    def products(
+        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
+        out: torch.Tensor, scratch: Optional[Scratch],
+    ) -> torch.Tensor:
+        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
+            product = torch.mm(x[d].to(kernel.dtype), kernel.weight)
+            if shift is None:
+                out[d].copy_(product)
+            else:
+                torch.add(shift, product, out=out[d])  # promotes to float32
+        return out
 
 
 class Int8Linear(LowPrecisionLinear):
@@ -124,28 +139,53 @@ class Int8Linear(LowPrecisionLinear):
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
         super().__init__(weight, bias)
-        columns = weight.detach().float().t().contiguous()  # (out, in), the layout fbgemm packs
+        columns = weight.detach().float().t()  # (out, in), the layout fbgemm packs
         scales = (columns.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
         zero_points = torch.zeros(self.out_features, dtype=torch.long)
+        pinned = torch.cat((columns, columns.new_zeros(self.out_features, len(PINS))), dim=1)  # the pins' weights: 0
         with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated; the kernel stays
             warnings.simplefilter("ignore")
-            quantized = torch.quantize_per_channel(columns, scales, zero_points, 0, torch.qint8)
+            quantized = torch.quantize_per_channel(pinned, scales, zero_points, 0, torch.qint8)
             self._packed = torch.ops.quantized.linear_prepack(quantized, None)
 
-    def _product(self, rows: torch.Tensor, shift: Optional[torch.Tensor], out: Optional[torch.Tensor]) -> torch.Tensor:
-        n = rows.shape[0]
-        if n == 0:
-            return rows.new_zeros(0, self.out_features) if out is None else out
-        magnitude = rows.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
-        unit = rows.new_empty(n + 2, self.in_features)  # the scaled rows, then the pinning rows
-        unit[n].fill_(1.0)
-        unit[n + 1].fill_(-1.0)
-        torch.div(rows, magnitude, out=unit[:n])
-        # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
-        product = torch.ops.quantized.linear_dynamic(unit, self._packed, True)[:n]
-        if shift is None:
-            return torch.mul(product, magnitude, out=out)
-        return torch.addcmul(shift, product, magnitude, out=out)
+    @staticmethod
+    def products(
+        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
+        out: torch.Tensor, scratch: Optional[Scratch],
+    ) -> torch.Tensor:
+        """Every kernel's rows scaled in one pass (one abs-max, one division into a buffer that holds the pinning
+        columns), then one int8 product per kernel, its row scale and shift applied as it is written."""
+        stacked, rows, width = x.shape
+        if rows == 0:
+            return out
+        magnitude = x.abs().amax(dim=2, keepdim=True).clamp_min_(1e-30)
+        unit = _pinned_rows(x, scratch)
+        torch.div(x, magnitude, out=unit.narrow(2, 0, width))
+        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
+            # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
+            product = torch.ops.quantized.linear_dynamic(unit[d], kernel._packed, True)
+            if shift is None:
+                torch.mul(product, magnitude[d], out=out[d])
+            else:
+                torch.addcmul(shift, product, magnitude[d], out=out[d])
+        return out
+
+
+# The pinning columns of every int8 product's scaled rows (see the module docstring).
+PINS = torch.tensor([1.0, -1.0])
+
+
+def _pinned_rows(x: torch.Tensor, scratch: Optional[Scratch]) -> torch.Tensor:
+    """A buffer ``(stacked, rows, width + 2)`` for the scaled rows of ``x`` ``(stacked, rows, width)``, its last
+    two columns the pins: from ``scratch`` when it has one as large (one per width, set up once per call)."""
+    stacked, rows, width = x.shape
+    buffer = None if scratch is None else scratch.get((stacked, width))
+    if buffer is None or buffer.shape[1] < rows:
+        buffer = x.new_empty(stacked, rows, width + len(PINS))
+        buffer.narrow(2, width, len(PINS)).copy_(PINS)
+        if scratch is not None:
+            scratch[(stacked, width)] = buffer
+    return buffer[:, :rows]
 
 
 def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> LowPrecisionLinear:
@@ -161,11 +201,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, kernel: Op
 
 
 def stacked_linear(
-    kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, addend: Optional[torch.Tensor] = None
+    kernels: Sequence[LowPrecisionLinear],
+    x: torch.Tensor,
+    addend: Optional[torch.Tensor] = None,
+    scratch: Optional[Scratch] = None,
 ) -> torch.Tensor:
     """One product per leading index: ``x[d] @ W_d (+ b_d) (+ addend[d])`` for ``x`` ``(len(kernels), rows, in)``,
-    each written straight into its slice of the result."""
+    each written straight into its slice of the result. ``scratch``: an empty dict at the start of a run of such
+    products (e.g. an LSTM's steps), then passed to each, so that they reuse its buffers instead of making their own;
+    one caller's alone (calls from several threads at once each need their own)."""
     result = x.new_empty(len(kernels), x.shape[1], kernels[0].out_features)
-    for d, kernel in enumerate(kernels):
-        kernel(x[d], None if addend is None else addend[d], out=result[d])
-    return result
+    addends = [None] * len(kernels) if addend is None else addend.unbind(0)
+    shifts = [kernel.shift(a) for kernel, a in zip(kernels, addends)]
+    return kernels[0].products(kernels, x, shifts, result, scratch)
