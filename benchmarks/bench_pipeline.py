@@ -9,20 +9,31 @@ Small run (a minute on 2 CPU cores, tiny reference weights):
 
 Without --options/--weights the embedded default model is used. Sentences come from
 CoNLL-2003 (../shared/data/conll2003/train.txt); results print as Markdown rows for BENCHMARKS.md.
+
+ELMo in an app (--serving): words/s of nlp.pipe, of one Doc per call (fp32, int8) and of N Python threads sharing
+one nlp with one Doc per call, on the same texts (UD-EWT dev), the modes interleaved round by round; with
+--old-tree, the same measurement of another checkout of the package (a git worktree), processes alternating:
+
+    python benchmarks/bench_pipeline.py --serving --preset small --old-tree /tmp/old_tree
 """
 import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import spacy
 import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
-from thinc.api import fix_random_seed
+from thinc.api import ConfigValidationError, fix_random_seed
 
 from spacy_elmo import ElmoEmbedder
 
@@ -139,6 +150,76 @@ def bench_training(args: argparse.Namespace, tagged: List[List[Tuple[str, str]]]
     return n_words * (args.epochs - 1) / elapsed
 
 
+def serving_nlp(args: argparse.Namespace, precision: str, **settings) -> Optional[Language]:
+    """A blank English pipeline with ``elmo`` at ``precision`` and the component ``settings``, the others the
+    defaults (one torch thread, the default token cache); None if this checkout's component lacks a setting."""
+    nlp = spacy.blank("en")
+    bilm = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "options_file": args.options, "weight_file": args.weights,
+            "precision": precision}
+    try:
+        nlp.add_pipe("elmo", config={"model": bilm, **settings})
+    except ConfigValidationError:
+        return None
+    return nlp
+
+
+def serving_rates(args: argparse.Namespace, texts: List[str]) -> Dict[str, List[float]]:
+    """Words/s of wall time of each serving mode over ``texts``, the modes interleaved, ``args.rounds`` rounds.
+
+    Each pipeline reads the texts once first, which fills its token cache (the warm default cache of a service).
+    """
+    fp32, int8 = serving_nlp(args, "fp32"), serving_nlp(args, "int8")
+    waiting = serving_nlp(args, "fp32", batch_wait_ms=1)
+    n_words = sum(len(doc) for doc in fp32.pipe(texts))
+    for nlp in (int8, waiting):
+        if nlp is not None:
+            list(nlp.pipe(texts))
+    threads = f"{args.serving_threads} threads, one Doc per call fp32"
+    with ThreadPoolExecutor(args.serving_threads) as pool:
+        runs: Dict[str, Callable[[], object]] = {
+            "nlp.pipe fp32": lambda: list(fp32.pipe(texts, batch_size=64)),
+            "one Doc per call fp32": lambda: [fp32(text) for text in texts],
+            "one Doc per call int8": lambda: [int8(text) for text in texts],
+            threads: lambda: list(pool.map(fp32, texts)),
+        }
+        if waiting is not None:
+            runs[f"{threads}, batch_wait_ms 1"] = lambda: list(pool.map(waiting, texts))
+        rates: Dict[str, List[float]] = {mode: [] for mode in runs}
+        for _ in range(args.rounds):
+            for mode, run in runs.items():
+                start = time.perf_counter()
+                run()
+                rates[mode].append(n_words / (time.perf_counter() - start))
+    return rates
+
+
+def serving_report(args: argparse.Namespace, argv: List[str]) -> None:
+    """Run :func:`serving_rates` in child processes, this checkout's and ``--old-tree``'s alternately; print a table."""
+    trees = {"new": Path(__file__).resolve().parents[1]}
+    if args.old_tree:
+        trees = {"old": Path(args.old_tree).resolve(), **trees}
+    rates: Dict[str, Dict[str, List[float]]] = {name: {} for name in trees}
+    for _ in range(args.processes):
+        for name, tree in trees.items():
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            out = subprocess.run([sys.executable, __file__, *argv, "--serving-child"], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            for mode, values in json.loads(out.splitlines()[-1]).items():
+                rates[name].setdefault(mode, []).extend(values)
+    print(f"command: python {' '.join(sys.argv)}\nmachine: {_cpu_model()}, load: {os.getloadavg()[0]:.2f}")
+    print(f"{args.sentences} UD-EWT dev sentences, model {args.preset or args.options or 'embedded'}; words/s of wall "
+          f"time, median of {args.rounds} rounds x {args.processes} processes per tree, processes alternating\n")
+    median = {name: {mode: statistics.median(v) for mode, v in by_mode.items()} for name, by_mode in rates.items()}
+    pipe = {name: next(iter(by_mode.values())) for name, by_mode in median.items()}
+    names = list(trees)
+    print("| mode | " + " | ".join(f"{n} words/s | {n} x pipe" for n in names) + (" | new / old |" if args.old_tree else " |"))
+    print("| --- |" + " ---: | ---: |" * len(names) + (" ---: |" if args.old_tree else ""))
+    for mode in median["new"]:
+        cells = [f"{median[n][mode]:,.0f} | {median[n][mode] / pipe[n]:.2f}" if mode in median[n] else "- | -" for n in names]
+        ratio = f" | {median['new'][mode] / median['old'][mode]:.2f}" if mode in median.get("old", {}) else (" | -" if args.old_tree else "")
+        print(f"| {mode} | " + " | ".join(cells) + ratio + " |")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--options", help="options.json (default: the embedded model)")
@@ -159,7 +240,24 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--earlier-sentences", type=int, default=2000,
                         help="UD-EWT train sentences read before the measured text (the cache fills on them)")
     parser.add_argument("--inference-only", action="store_true", help="skip the training measurements")
+    parser.add_argument("--serving", action="store_true", help="measure ELMo in an app instead (see above)")
+    parser.add_argument("--old-tree", help="with --serving: another checkout to measure alternately (a git worktree)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --serving: rounds of all modes per process")
+    parser.add_argument("--processes", type=int, default=2, help="with --serving: processes per tree")
+    parser.add_argument("--serving-threads", type=int, default=8, help="with --serving: Python threads")
+    parser.add_argument("--serving-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serving:
+        texts = [" ".join(s) for s in read_conllu(UD / "en_ewt-ud-dev.conllu", 1, 10**9, args.sentences)]
+        with tempfile.TemporaryDirectory() as tmp:
+            if args.preset and not args.serving_child:
+                args.options, args.weights = map(str, make_model(Path(tmp), 0, args.preset))
+            if args.serving_child:
+                print(json.dumps(serving_rates(args, texts)))
+            else:
+                given = sys.argv[1:] if argv is None else argv
+                serving_report(args, [*given, "--options", args.options, "--weights", args.weights])
+        return
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the first epoch fills the cache and is not timed)")
     torch.set_num_threads(args.threads)
