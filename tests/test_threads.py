@@ -1,5 +1,6 @@
 """The ``threads`` setting: torch's thread count during the biLM's calls only, restored after, 1 by default;
 and one embedder or pipeline used from several Python threads at once."""
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -318,3 +319,20 @@ def test_a_stateful_pipeline_runs_calls_one_at_a_time(monkeypatch):
     threads, answers = _start(lambda text: nlp(text)._.elmo.shape, [" ".join(s) for s in _thread_sentences(8, seed=15)])
     _join(threads)
     assert sizes == [(1, 1)] * 8 and not any(isinstance(a, BaseException) for a in answers.values())
+
+
+def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batcher_goes_on():
+    """The main thread waits behind a running batch and gets SIGINT (Ctrl-C): KeyboardInterrupt reaches it, its items
+    never run, and the next calls are served."""
+    run = _BlockingRun()
+    batcher = RequestBatcher(run)
+    first, answers = _start(lambda x: batcher([x])[0], [0])
+    _wait_until(lambda: len(run.calls) == 1)
+    main = threading.main_thread().ident
+    threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        batcher([1])
+    assert batcher._queue == []
+    run.release.set()
+    _join(first)
+    assert answers == {0: 0} and batcher([2]) == [20] and run.calls == [[0], [2]]
