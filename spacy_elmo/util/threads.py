@@ -8,6 +8,9 @@ Why per call: ``torch.set_num_threads`` is process-wide. Setting it once would c
 the process, so :func:`torch_threads` sets it for the duration of one call and then restores the previous value.
 Calls from several Python threads at once share one setting: the first to enter sets it, the last to leave restores
 the value from before the first (a later entrant asking for another count runs with the one in force).
+
+:class:`RequestBatcher` merges the calls of several Python threads that arrive while the biLM is busy into its next
+batch (``batch_requests`` of ``ElmoEmbedder`` and the ``elmo`` component).
 """
 import threading
 import time
