@@ -8,7 +8,9 @@ from ..errors import ElmoSettingsError
 
 
 def check_cache_size(cache_size: int) -> None:
-    """Refuse a negative number of token vectors to keep."""
+    """Refuse a number of token vectors to keep that is not a whole number >= 0."""
+    if isinstance(cache_size, bool) or not isinstance(cache_size, int):
+        raise ElmoSettingsError(f"cache_size must be a whole number of token vectors, found {cache_size!r}")
     if cache_size < 0:
         raise ElmoSettingsError(f"cache_size must be >= 0 (0 turns the token cache off), found {cache_size}")
 

@@ -76,14 +76,8 @@ def check_l2(value: Any) -> None:
         raise ElmoSettingsError(f"l2 must be >= 0, found {value!r}")
 
 
-def _check_int_cache_size(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ElmoSettingsError(f"cache_size must be a whole number of token vectors, found {value!r}")
-    check_cache_size(value)
-
-
 TokenCount = setting_type("TokenCount", "a number of tokens >= 1", check_token_count)
-CacheSize = setting_type("CacheSize", "a number of token vectors >= 0 (0: no token cache)", _check_int_cache_size)
+CacheSize = setting_type("CacheSize", "a number of token vectors >= 0 (0: no token cache)", check_cache_size)
 CacheMegabytes = setting_type("CacheMegabytes", "a number of megabytes >= 0 (0: no layer cache)", check_cache_mb)
 Threads = setting_type("Threads", "a number of threads >= 1 (null: torch's own setting)", check_threads)
 WaitMilliseconds = setting_type("WaitMilliseconds", "a number of milliseconds >= 0", check_wait_ms)

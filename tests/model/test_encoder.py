@@ -1,6 +1,8 @@
 import numpy as np
+import pytest
 import torch
 
+from spacy_elmo.errors import ElmoSettingsError
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.model.batch_encoder import BatchEncoder
 from spacy_elmo.formats.weights import load_files
@@ -84,3 +86,10 @@ def test_mixed_layers_are_the_weighted_sum_of_the_layers_in_every_batch():
         mixed = encoder(segments, 120, mix=mix)
     assert full.shape == (3, sum(map(len, segments)), 32)
     torch.testing.assert_close(mixed, (mix[:, None, None] * full).sum(0), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("cache_size", [-1, 2.5, True, "20000"])
+def test_a_cache_size_that_is_not_a_whole_number_of_vectors_is_refused(cache_size):
+    bilm = load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5")
+    with pytest.raises(ElmoSettingsError, match="cache_size must be"):
+        ElmoEncoder(bilm, cache_size=cache_size)
