@@ -19,6 +19,7 @@ their tokens/s add up. bf16 is refused where this CPU has no native bf16, as ``p
 import argparse
 import os
 import shutil
+import socket
 import statistics
 import tempfile
 import time
@@ -64,7 +65,7 @@ def _time_steps(trainer: Trainer, batches: List) -> float:
 def _measure(rank: int, args: argparse.Namespace, out: str, results: Dict) -> None:
     """This process's tokens/s of each precision in each round (``results[rank][precision]``, one per round)."""
     if args.processes > 1:
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.processes), MASTER_ADDR="127.0.0.1", MASTER_PORT="29591")
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.processes), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     trainers: Dict[str, Trainer] = {}
     for precision in args.precision:
         folder = Path(out) / precision
@@ -81,6 +82,13 @@ def _measure(rank: int, args: argparse.Namespace, out: str, results: Dict) -> No
     results[rank] = rates
     for trainer in reversed(trainers.values()):  # the first, which started the process group, ends it last
         trainer.close()
+
+
+def _free_port() -> int:
+    """A TCP port the OS has just found free, for the processes' rendezvous (a fixed one may be taken)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _precisions(text: str) -> List[str]:
@@ -118,6 +126,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         if args.processes > 1:
             results = mp.Manager().dict()
+            args.port = _free_port()
             mp.spawn(_measure, args=(args, out, results), nprocs=args.processes)
         else:
             results = {}

@@ -12,6 +12,8 @@ Variants (same config, cap, evaluation; one torch/BLAS thread per run, ``--jobs`
   (``configs/adapt_en_gutenberg_tiny.cfg``, ``--adapt-steps``; the weights of the lowest dev perplexity), once per task;
   ``--adapt-pct 100`` reads the text of the whole training set (its labels unused) while the task trains on
   ``--train-pct`` of it: more unlabelled in-domain text than labelled;
+- ``candidate``: the same with the biLM of ``--candidate DIR`` (its ``options.json`` + ``weights.hdf5``, e.g. a
+  pretraining run's folder or its ``best/``): a biLM that may replace the embedded one, in the same runs as it;
 - ``untrained``: the same with seeded random weights of the embedded architecture (``untrained_bilm.py``, the run's
   seed), the control for "did language-model pretraining earn the difference?".
 
@@ -35,7 +37,7 @@ from untrained_bilm import write_untrained
 from spacy_elmo.sources.resolve import default_model_files
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("baseline", "trained", "adapted", "untrained")
+VARIANTS = ("baseline", "trained", "adapted", "candidate", "untrained")
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 
 
@@ -181,7 +183,13 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--max-steps", type=int, help="training steps of every run (default: each task's cap)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
     parser.add_argument("--precision", default="fp32", help="the biLM's precision in the ELMo variants (fp32, int8, bf16)")
+    parser.add_argument("--candidate", type=Path, help="folder with options.json + weights.hdf5 (the candidate variant)")
     args = parser.parse_args(argv)
+    if ("candidate" in args.variants) != (args.candidate is not None):
+        parser.error("the candidate variant and --candidate DIR go together")
+    if args.candidate is not None and not (args.candidate / "weights.hdf5").exists():
+        parser.error(f"{args.candidate} holds no weights.hdf5")
+    candidate = args.candidate.resolve() if args.candidate else None
     out = args.out_dir.resolve()
     data = {task: corpus_dir(task, args.train_pct) for task in args.tasks}
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -201,6 +209,7 @@ def main(argv: Optional[list] = None) -> None:
                         )
                     else:
                         bilm = untrained(out, seed) if variant == "untrained" else None  # trained: the embedded one
+                        bilm = candidate if variant == "candidate" else bilm
                         job = pool.submit(
                             train_and_evaluate, task, variant, seed, data[task], bilm, out, args.max_steps, args.precision
                         )

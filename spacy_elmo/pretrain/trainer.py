@@ -181,10 +181,11 @@ def _flatten(section: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
     return flat
 
 
-def check_resumable(saved_path: Path, config: Config) -> None:
-    """Refuse to resume a run whose saved config differs from ``config`` in anything but RESUMABLE_CHANGES."""
+def check_resumable(saved_path: Path, config: Config) -> Dict[str, Any]:
+    """Refuse to resume a run whose saved config differs from ``config`` in anything but RESUMABLE_CHANGES; return
+    the saved settings, flattened (``{"training.bf16": False, ...}``; empty when the run saved none)."""
     if not saved_path.exists():
-        return
+        return {}
     saved = _flatten(Config().from_disk(saved_path).interpolate())
     new = _flatten(config)
     differ = sorted(k for k in saved.keys() | new.keys() if saved.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
@@ -195,6 +196,7 @@ def check_resumable(saved_path: Path, config: Config) -> None:
             f"the run's own settings, or give a new output directory. Only {', '.join(sorted(RESUMABLE_CHANGES))} "
             "may change on resume."
         )
+    return saved
 
 
 class StoppedTogether(KeyboardInterrupt):
@@ -217,8 +219,9 @@ class Trainer:
             torch.set_num_threads(config.training.threads)
         self.precision, self.precision_reason = _precision(config.training.bf16, self.device)
         resuming = (self.output_dir / CHECKPOINT).exists()
-        if resuming:
-            check_resumable(self.output_dir / "config.cfg", raw_config)
+        saved = check_resumable(self.output_dir / "config.cfg", raw_config) if resuming else {}
+        # A checkpoint from before checkpoints recorded their precision: the run's saved config tells it.
+        self._saved_precision = {True: "bf16", False: "fp32"}.get(saved.get("training.bf16"))
         # Everything that can fail on the user's input fails here, before anything is written.
         tokenize = str.split if config.corpus.pretokenized else make_tokenizer(config.nlp.lang)
         training = config.training
@@ -353,7 +356,7 @@ class Trainer:
             )
             self.stream.continue_epoch(streams)
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
-        made_in = state.get("precision")  # None: a checkpoint from before checkpoints recorded it
+        made_in = state.get("precision", self._saved_precision)
         if made_in is not None and made_in != self.precision:
             warnings.warn(
                 f"The precision changed (checkpoint {made_in}, now {self.precision}): training continues from {path}, "

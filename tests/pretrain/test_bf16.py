@@ -77,6 +77,16 @@ def test_resuming_at_another_precision_says_so_and_continues(tmp_path, native_bf
     assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["precision"] == "bf16"
 
 
+def test_a_checkpoint_without_its_precision_takes_it_from_the_runs_saved_config(tmp_path, native_bf16):
+    native_bf16(True)
+    _trainer(tmp_path, 5).run(progress=False)
+    state = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    del state["precision"]  # as checkpoints were written before they recorded it
+    torch.save(state, tmp_path / CHECKPOINT)
+    with pytest.warns(UserWarning, match=r"The precision changed \(checkpoint fp32, now bf16\)"):
+        assert _trainer(tmp_path, 10, bf16=True).step == 5
+
+
 def test_a_bf16_step_trains_fp32_weights_with_a_loss_near_the_fp32_one(tmp_path, native_bf16):
     native_bf16(True)  # emulated where not native: slow, but the model is tiny
     steps = {}
