@@ -21,8 +21,14 @@ def check_mix_spec(spec: MixSpec) -> None:
     if isinstance(spec, str):
         if spec not in MIX_NAMES:
             raise ElmoSettingsError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
+    elif not isinstance(spec, (list, tuple)) or not all(_is_weight(w) for w in spec):
+        raise ElmoSettingsError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
     elif len(spec) == 0:
         raise ElmoSettingsError("mix is an empty list; give one weight per biLM layer, or 'average' / 'top'")
+
+
+def _is_weight(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fixed_mix_weights(spec: MixSpec, n_layers: int) -> Floats1d:

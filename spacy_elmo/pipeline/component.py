@@ -18,7 +18,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..sources.download import resolve_model
 from ..errors import ElmoSettingsError, ElmoWeightsError
-from ..model.fixed_mix import DEFAULT_MIX, MixName, MixSpec, check_mix_spec, fixed_mix_weights
+from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
 from ..util.threads import DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
 from .architectures import (
     bilm_options,
@@ -32,7 +32,7 @@ from .architectures import (
     mix_docs,
     reset_state,
 )
-from .config_types import CacheMegabytes, ModelName, Threads, WaitMilliseconds, check_cache_mb
+from .config_types import CacheMegabytes, Mix, ModelName, Threads, WaitMilliseconds, check_cache_mb
 from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
@@ -76,7 +76,7 @@ def make_elmo(
     name: str,
     model: Union[ModelName, Model[List[Doc], List[Floats3d]]],
     frozen: bool,
-    mix: Union[MixName, List[float]],
+    mix: Mix,
     store_vectors: bool,
     store_layers: bool,
     set_tensor: bool,

@@ -11,6 +11,7 @@ number through. The same checks run when a component or architecture is built fr
 from typing import Any, Callable, Iterator
 
 from ..errors import ElmoError, ElmoSettingsError
+from ..model.fixed_mix import check_mix_spec
 from ..model.token_cache import check_cache_size
 from ..sources.resolve import check_downloaded, check_model_source
 from ..util.threads import check_threads, check_wait_ms
@@ -81,6 +82,7 @@ CacheSize = setting_type("CacheSize", "a number of token vectors >= 0 (0: no tok
 CacheMegabytes = setting_type("CacheMegabytes", "a number of megabytes >= 0 (0: no layer cache)", check_cache_mb)
 Threads = setting_type("Threads", "a number of threads >= 1 (null: torch's own setting)", check_threads)
 WaitMilliseconds = setting_type("WaitMilliseconds", "a number of milliseconds >= 0", check_wait_ms)
+Mix = setting_type("Mix", "'top', 'average' or a list of one weight per layer", check_mix_spec)
 DropoutRate = setting_type("DropoutRate", "a rate in [0, 1)", check_dropout)
 Penalty = setting_type("Penalty", "a number >= 0", check_l2)
 ModelSource = setting_type(

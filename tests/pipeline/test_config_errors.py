@@ -21,6 +21,7 @@ TAGGER = Path(__file__).resolve().parents[2] / "spacy_elmo" / "pipeline" / "conf
 # (override, value, what the error must say): each is refused before anything is built or read.
 MISTAKES = [
     ("components.elmo.mix", "avrage", "elmo -> mix"),
+    ("components.elmo.mix", "[]", "elmo -> mix"),
     ("components.elmo.model.cache_size", "-1", "elmo.model -> cache_size"),
     ("components.elmo.model.max_batch_tokens", "0", "elmo.model -> max_batch_tokens"),
     ("paths.elmo_options", "orignal", "'orignal' is not an options.json file"),  # an unknown name
@@ -49,6 +50,18 @@ def test_a_config_mistake_stops_spacy_with_a_config_error(command, override, val
 def test_add_pipe_refuses_an_unknown_mix_name():
     with pytest.raises(ConfigValidationError, match=r"mix\s+at root: 'avrage' is not"):
         spacy.blank("en").add_pipe("elmo", config=elmo_config(mix="avrage"))
+
+
+@pytest.mark.parametrize("mix", [[], ["a", "b", "c"], [True, 0.5, 0.5], {"top": 1}])
+def test_add_pipe_refuses_a_mix_that_is_no_list_of_weights(mix):
+    with pytest.raises(ConfigValidationError, match=r"mix\s+at root: .* is not 'top', 'average' or a list of one weight"):
+        spacy.blank("en").add_pipe("elmo", config=elmo_config(mix=mix))
+
+
+def test_add_pipe_takes_a_list_of_one_weight_per_layer():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(mix=[0.5, 0.25, 0.25]))
+    assert nlp("A cat .")._.elmo.shape[0] == 3
 
 
 def test_a_downloaded_name_passes_and_a_path_passes_even_where_missing(tmp_path, monkeypatch):
