@@ -8,6 +8,7 @@ from spacy_elmo import ElmoEmbedder
 from spacy_elmo.sources.resolve import default_model_files
 from spacy_elmo.model.encoder import TRAINING_START_KEY
 from spacy_elmo.model.options import ElmoOptions, preset
+from tests.conftest import ROUNDING
 
 
 def test_embedded_model_is_the_tiny_architecture_trained_from_zeros_and_small():
@@ -47,7 +48,7 @@ def test_pipeline_language_picks_the_embedded_model():
     words = [t.text for t in doc]
     assert words == list(text)
     want = ElmoEmbedder(lang="zh").embed_sentence(words)[-1]
-    np.testing.assert_allclose(doc._.elmo, want, atol=1e-6)
+    np.testing.assert_allclose(doc._.elmo, want, **ROUNDING)
 
 
 def test_a_language_without_embedded_model_warns_and_uses_english():

@@ -3,6 +3,7 @@ import pytest
 import spacy
 
 from spacy_elmo import ElmoEmbedder
+from tests.conftest import ROUNDING
 
 
 def test_shapes_and_order(allennlp_files):
@@ -13,7 +14,7 @@ def test_shapes_and_order(allennlp_files):
     assert [b.shape for b in batch] == [(3, 2, 32), (3, 1, 32)]
     streamed = list(embedder.embed_sentences([["A", "b"], ["C"]], batch_size=1))
     for a, b in zip(batch, streamed):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_allclose(a, b, **ROUNDING)
 
 
 def test_warm_start_differs_from_zeros_but_is_fixed(allennlp_files):

@@ -15,6 +15,7 @@ from spacy_elmo.util.threads import RequestBatcher, torch_threads
 
 from tests.conftest import ALLENNLP
 from tests.pipeline.conftest import elmo_config
+from tests.conftest import ROUNDING
 
 OUTSIDE = 3  # the process's own setting in these tests: neither the default 1 nor a value the tests ask for
 
@@ -68,7 +69,7 @@ def test_thread_count_does_not_change_the_vectors(allennlp_files):
     one = ElmoEmbedder(*allennlp_files).embed_batch(sentences)
     two = ElmoEmbedder(*allennlp_files, threads=2).embed_batch(sentences)
     for a, b in zip(one, two):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_allclose(a, b, **ROUNDING)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
@@ -109,7 +110,7 @@ def test_one_embedder_shared_by_8_threads_gives_the_serial_vectors(allennlp_file
         shared = ElmoEmbedder(*allennlp_files, cache_size=cache_size)
         threaded = _in_threads(shared.embed_sentence, sentences)
         for a, b in zip(serial, threaded):
-            np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
+            np.testing.assert_allclose(b, a, **ROUNDING)
         assert cache_size == 0 or len(shared.encoder.cache) == cache_size
 
 
@@ -123,7 +124,7 @@ def test_one_pipeline_shared_by_8_threads_gives_the_serial_vectors(cache_size):
     serial = [reference(text)._.elmo for text in texts]
     threaded = _in_threads(lambda text: nlp(text)._.elmo, texts)
     for a, b in zip(serial, threaded):
-        np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(b, a, **ROUNDING)
     assert torch.get_num_threads() == 1  # torch_threads restored the conftest's setting after the threads
 
 
@@ -216,15 +217,34 @@ def test_an_interrupted_leader_leaves_its_batch_to_the_waiting_threads():
     assert {x: a for x, a in answers.items() if x not in interrupted} == {x: x * 10 for x in range(8) if x not in interrupted}
 
 
-def test_batch_wait_ms_holds_a_lone_call_for_others_to_join():
+# A wait far beyond JOIN_TIMEOUT: a call that waited it out would show as a deadlock.
+LONG_WAIT_MS = 10 * JOIN_TIMEOUT * 1000
+
+
+def test_with_batch_wait_ms_a_lone_caller_never_waits():
     run = _BlockingRun()
     run.release.set()
-    batcher = RequestBatcher(run, wait_ms=2000)
+    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
+    callers, answers = _start(lambda xs: [batcher([x])[0] for x in xs], [(0, 1, 2)])
+    _join(callers)
+    assert answers == {(0, 1, 2): [0, 10, 20]} and run.calls == [[0], [1], [2]]
+
+
+def test_after_a_merged_batch_the_next_leader_waits_for_as_many_calls_to_join():
+    run = _BlockingRun()
+    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
     first, answers = _start(lambda x: batcher([x])[0], [0])
-    _wait_until(lambda: batcher._leading)
-    second, more = _start(lambda x: batcher([x])[0], [1])
-    _join(first + second)
-    assert [sorted(c) for c in run.calls] == [[0, 1]] and {**answers, **more} == {0: 0, 1: 10}
+    _wait_until(lambda: len(run.calls) == 1)
+    merged, more = _start(lambda x: batcher([x])[0], [1, 2, 3])
+    _wait_until(lambda: len(batcher._queue) == 3)
+    run.release.set()
+    _join(first + merged)
+    leader, late = _start(lambda x: batcher([x])[0], [4])
+    _wait_until(lambda: batcher._leading)  # 4 leads, waiting for three calls as the batch before held
+    joining, last = _start(lambda x: batcher([x])[0], [5, 6])
+    _join(leader + joining)
+    assert [sorted(c) for c in run.calls] == [[0], [1, 2, 3], [4, 5, 6]]
+    assert {**answers, **more, **late, **last} == {x: x * 10 for x in range(7)}
 
 
 @pytest.mark.parametrize("bad", [-1, "5", True])
@@ -234,14 +254,14 @@ def test_bad_batch_waits_are_refused(bad):
 
 
 def test_8_threads_one_sentence_each_on_a_shared_embedder_give_the_serial_vectors(allennlp_files):
-    """Within float32 rounding (atol 1e-6 on values of order 1): a merged batch pads and orders rows differently."""
+    """Within float32 rounding (ROUNDING): a merged batch pads and orders rows differently."""
     sentences = [tuple(s) for s in _thread_sentences(8, seed=11)]
     serial = ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)
     shared = ElmoEmbedder(*allennlp_files)
     threads, answers = _start(lambda s: shared.embed_sentence(list(s)), sentences)
     _join(threads)
     for sentence, expected in zip(sentences, serial):
-        np.testing.assert_allclose(answers[sentence], expected, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(answers[sentence], expected, **ROUNDING)
 
 
 def test_8_threads_one_doc_each_on_a_shared_pipeline_give_the_serial_vectors():
@@ -252,7 +272,7 @@ def test_8_threads_one_doc_each_on_a_shared_pipeline_give_the_serial_vectors():
     threads, answers = _start(lambda text: nlp(text)._.elmo, texts)
     _join(threads)
     for text in texts:
-        np.testing.assert_allclose(answers[text], serial[text], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(answers[text], serial[text], **ROUNDING)
 
 
 def test_a_doc_that_raises_fails_its_own_call_and_no_other(monkeypatch):
@@ -273,7 +293,7 @@ def test_a_doc_that_raises_fails_its_own_call_and_no_other(monkeypatch):
     _join(threads)
     assert isinstance(answers.pop(texts[5]), RuntimeError)
     for text, vectors in answers.items():
-        np.testing.assert_allclose(vectors, serial[text], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(vectors, serial[text], **ROUNDING)
 
 
 def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one_before(allennlp_files):
@@ -298,7 +318,7 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
     assert max(overlap) == 1 and all(len(call) == 1 for call in order)
     replay = ElmoEmbedder(*allennlp_files, stateful=True)
     for (sentence,) in order:
-        np.testing.assert_allclose(answers[sentence], replay.embed_sentence(list(sentence)), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(answers[sentence], replay.embed_sentence(list(sentence)), **ROUNDING)
 
 
 def test_a_stateful_pipeline_runs_calls_one_at_a_time(monkeypatch):

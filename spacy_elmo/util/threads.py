@@ -74,7 +74,9 @@ class RequestBatcher:
     ``run`` maps a list of items to one result per item, each result independent of the others in the list (the
     biLM's stateless mode), so that merging calls changes no result. A call finding nothing running runs at once;
     calls arriving while a batch runs are queued, and everything queued then runs as the next batch, led by one of
-    the waiting threads. ``wait_ms`` > 0: the leader first waits that long for more calls to join.
+    the waiting threads. ``wait_ms`` > 0: when the batch before merged several calls (the callers are concurrent),
+    the next leader first waits up to that long for as many calls as that batch held to queue, so that the
+    callers it answered, who call again, join it instead of each running alone; a lone caller never waits.
 
     Errors: when a merged batch raises an ``Exception``, each call in it is run again alone, so each caller gets its
     own results or the error its own items raise. When the leader is interrupted (``KeyboardInterrupt`` or any other
@@ -93,6 +95,7 @@ class RequestBatcher:
         self._ready = threading.Condition()
         self._queue: List[_Request] = []
         self._leading = False
+        self._last_size = 1  # calls in the batch before: more than one means concurrent callers
 
     def __getstate__(self) -> dict:  # a lock cannot be copied or pickled; a copy gets its own, empty queue
         return {"run": self.run, "wait_ms": self.wait_ms}
@@ -110,6 +113,7 @@ class RequestBatcher:
         request = _Request(items, merge)
         with self._ready:
             self._queue.append(request)
+            self._ready.notify_all()  # a leader may be waiting for calls to join
         while True:  # a call may lead a batch without its own items in it (a merge=False call went first)
             with self._ready:
                 try:
@@ -131,13 +135,12 @@ class RequestBatcher:
         """Run the next batch from the queue, then hand leadership on."""
         batch: List[_Request] = []
         try:
-            if self.wait_ms > 0:
-                deadline = time.monotonic() + self.wait_ms / 1000
-                with self._ready:
-                    while (left := deadline - time.monotonic()) > 0:
-                        self._ready.wait(left)
+            deadline = time.monotonic() + self.wait_ms / 1000
             with self._ready:
+                while len(self._queue) < self._last_size and (left := deadline - time.monotonic()) > 0:
+                    self._ready.wait(left)
                 batch = _next_batch(self._queue)
+                self._last_size = sum(1 for request in batch if request.merge)
             self._run_batch(batch)
         finally:
             with self._ready:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.commands.cli import app
+from tests.conftest import ROUNDING
 
 REPO = Path(__file__).resolve().parents[2]
 LINES = [
@@ -89,7 +90,7 @@ def test_all_layers_equal_the_embedder_window_by_window(allennlp_files, embedder
             assert list(f["tokens"][str(k)].asstr()[...]) == tokens
             want = expected_layers(embedder, tokens, MAX_TOKENS)
             assert f[str(k)].dtype == np.float32 and f[str(k)].shape == (3, len(tokens), 32)
-            np.testing.assert_allclose(f[str(k)][...], want, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(f[str(k)][...], want, **ROUNDING)
     total_tokens = sum(len(tokens) for tokens in spacy_tokens)
     assert f"Done: {len(LINES)} lines, {total_tokens} tokens →" in done.output
 
@@ -110,7 +111,7 @@ def test_reduced_layers_are_computed_from_the_full_layers(allennlp_files, embedd
         for k, tokens in enumerate(spacy_tokens):
             full = np.asarray(embedder.embed_sentence(tokens), dtype=np.float64)
             assert f[str(k)].shape == (len(tokens), 32)
-            np.testing.assert_allclose(f[str(k)][...], reduce(full), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(f[str(k)][...], reduce(full), **ROUNDING)
 
 
 def test_whitespace_tokens_and_a_mix_weight_count_that_does_not_fit(allennlp_files, corpus, tmp_path):
@@ -136,7 +137,7 @@ def test_jsonl_text_and_tokens(allennlp_files, embedder, tmp_path):
             assert list(f["tokens"][str(k)].asstr()[...]) == tokens
             want = embedder.embed_sentence(tokens)[-1]
             assert f[str(k)].shape == (len(tokens), 32)
-            np.testing.assert_allclose(f[str(k)][...], want, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(f[str(k)][...], want, **ROUNDING)
 
 
 def test_shards_cover_every_line_once_with_the_unsharded_vectors(allennlp_files, corpus, tmp_path, monkeypatch):
@@ -154,7 +155,7 @@ def test_shards_cover_every_line_once_with_the_unsharded_vectors(allennlp_files,
             assert sorted(f["tokens"], key=int) == shard_names
             with h5py.File(whole, "r") as w:
                 for name in shard_names:
-                    np.testing.assert_allclose(f[name][...], w[name][...], rtol=1e-5, atol=1e-6)  # other batches
+                    np.testing.assert_allclose(f[name][...], w[name][...], **ROUNDING)  # other batches
         names += shard_names
     assert sorted(names, key=int) == [str(k) for k in range(len(LINES))]
     # an explicit i/n writes the file it is given; auto with several processes needs {shard} in OUTPUT
@@ -343,7 +344,7 @@ def test_precision_int8_writes_what_an_int8_embedder_gives_and_is_recorded(allen
     with h5py.File(out, "r") as f:
         assert json.loads(f.attrs["settings"])["precision"] == "int8"
         got = f["0"][()]
-    np.testing.assert_allclose(got, expected_layers(int8, spacy_tokens[0], 256), atol=1e-6)
+    np.testing.assert_allclose(got, expected_layers(int8, spacy_tokens[0], 256), **ROUNDING)
     assert np.abs(got - expected_layers(fp32, spacy_tokens[0], 256)).max() > 1e-4  # really not fp32
 
 

@@ -16,6 +16,7 @@ from spacy_elmo import ElmoEmbedder
 from spacy_elmo.sources.catalog import MANYLANGS_ARCHITECTURE
 from spacy_elmo.formats.manylangs import PUBLISHED_ARCHITECTURE, ManyLangsError, convert, convert_archive, read_lexicon
 from spacy_elmo.model.options import ElmoOptions
+from tests.conftest import ROUNDING
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "manylangs_tiny"
 SENTENCES = json.loads((FIXTURE / "sentences.json").read_text(encoding="utf-8"))
@@ -40,7 +41,7 @@ def test_sentences_alone_equal_the_batch(converted):
     embedder = ElmoEmbedder(*converted, cache_size=100)
     together = embedder.embed_batch(SENTENCES)
     for sentence, layers in zip(SENTENCES, together):
-        np.testing.assert_allclose(embedder.embed_sentence(sentence), layers, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(embedder.embed_sentence(sentence), layers, **ROUNDING)
 
 
 def test_lexicon_reads_a_stripped_entry_as_ideographic_space():

@@ -10,6 +10,7 @@ from spacy_elmo import ElmoEmbedder
 from spacy_elmo.model.options import preset
 from spacy_elmo.formats.weights import layout
 from tests.conftest import ALLENNLP, BILM_TF
+from tests.conftest import ROUNDING
 
 
 def _stateful_top_layers_match(options_file, weight_file, folder, sentences_file):
@@ -40,7 +41,7 @@ def test_context_free_token_vectors(allennlp_files):
     with torch.no_grad():
         got = embedder.encoder.token_vectors(words).numpy()
     assert len(words) == 458
-    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(got, expected, **ROUNDING)
 
 
 def test_layer_zero_is_the_token_vector_twice(allennlp_files):
@@ -50,7 +51,7 @@ def test_layer_zero_is_the_token_vector_twice(allennlp_files):
         token = embedder.encoder.token_vectors(["<S>", "word"]).numpy()
     # The sentence runs 3 types (<S>, </S>, word) through the token layer, this call 2: another product shape,
     # so float32 rounding may differ by a few ulps of these values (|x| < 1).
-    np.testing.assert_allclose(layers[0], np.concatenate([token, token], axis=1), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(layers[0], np.concatenate([token, token], axis=1), **ROUNDING)
 
 
 def _sentences(n: int, seed: int = 0):
@@ -76,7 +77,7 @@ def test_stateless_zeros_equals_reference_first_batch(allennlp_files):
     stateless = ElmoEmbedder(*allennlp_files, initial_state="zeros").embed_batch(sentences)
     stateful = ElmoEmbedder(*allennlp_files, initial_state="zeros", stateful=True).embed_batch(sentences)
     for a, b in zip(stateless, stateful):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_allclose(a, b, **ROUNDING)
 
 
 def test_stateful_mode_depends_on_history_and_resets(allennlp_files):

@@ -7,6 +7,7 @@ from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.model.batch_encoder import BatchEncoder
 from spacy_elmo.formats.weights import load_files
 from tests.conftest import ALLENNLP
+from tests.conftest import ROUNDING
 
 
 def _encoder(cache_size: int) -> ElmoEncoder:
@@ -71,9 +72,9 @@ def test_a_batch_gives_each_sentence_its_own_layers_without_boundary_marks_and_z
     assert layers.shape == (3, 4, 7, 32)
     np.testing.assert_array_equal(mask.numpy(), np.arange(7)[None, :] < np.array([4, 7, 1, 0])[:, None])
     for b, sentence in enumerate(sentences):
-        torch.testing.assert_close(layers[:, b, : len(sentence)], alone[b], rtol=0, atol=1e-6)
+        torch.testing.assert_close(layers[:, b, : len(sentence)], alone[b], **ROUNDING)
         assert (layers[:, b, len(sentence) :] == 0).all()
-    torch.testing.assert_close(layers[0, 0, :4], torch.cat((tokens, tokens), dim=1), rtol=0, atol=1e-6)  # no <S>
+    torch.testing.assert_close(layers[0, 0, :4], torch.cat((tokens, tokens), dim=1), **ROUNDING)  # no <S>
 
 
 def test_mixed_layers_are_the_weighted_sum_of_the_layers_in_every_batch():

@@ -10,6 +10,7 @@ from spacy.tokens import Doc
 from spacy_elmo.pipeline.handoff import LayerHandoff, LayersAlreadyReadError
 
 from tests.pipeline.conftest import PROBES, tagger_pipeline, train_losses
+from tests.conftest import ROUNDING
 
 def test_a_doc_of_a_listener_pipeline_holds_no_layers_and_serializes_without_warning():
     nlp = tagger_pipeline()
@@ -62,7 +63,7 @@ def test_listeners_predict_what_a_copy_of_the_biLM_in_the_tagger_predicts():
     assert [[t.tag_ for t in doc] for doc in nlp.pipe(PROBES)] == expected
     docs = [nlp.make_doc(text) for text in PROBES]
     for found, want in zip(nlp.get_pipe("tagger").model.predict(docs), scores):
-        np.testing.assert_allclose(found, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(found, want, **ROUNDING)
 
 
 def test_training_through_an_annotating_elmo_learns_as_through_receive_alone_and_keeps_nothing():

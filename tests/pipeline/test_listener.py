@@ -11,6 +11,7 @@ from spacy.training import Example
 from thinc.api import Model, fix_random_seed
 
 from tests.pipeline.conftest import conll_train, elmo_config, read_conll
+from tests.conftest import ROUNDING
 
 NER_CONFIG = {
     "model": {
@@ -94,7 +95,7 @@ def test_cached_layers_equal_fresh_ones_and_are_reused(trained):
     assert elmo.layer_cache.hits > 0 and len(elmo.layer_cache) > 0
     docs = [eg.predicted for eg in examples[:8]]
     for cached, fresh in zip(elmo._cached_layers(docs), elmo.model.predict(docs)):
-        np.testing.assert_allclose(cached, fresh, atol=1e-6)
+        np.testing.assert_allclose(cached, fresh, **ROUNDING)
 
 
 def test_fine_tuning_changes_the_biLM_weights():
@@ -138,7 +139,7 @@ def test_replace_listeners_gives_the_same_predictions_standalone(trained, tmp_pa
     copy.remove_pipe("elmo")
     bare = [copy.make_doc(text) for text in texts]  # no elmo component left: the NER runs its own biLM copy
     for a, b in zip(copy.get_pipe("ner").model.get_ref("tok2vec").predict(bare), expected):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_allclose(a, b, **ROUNDING)
 
     copy.to_disk(tmp_path / "replaced")
     reloaded = spacy.load(tmp_path / "replaced")

@@ -7,6 +7,7 @@ import spacy
 from spacy_elmo import ElmoEmbedder
 
 from tests.pipeline.conftest import OPTIONS, WEIGHTS, make_nlp, tagger_pipeline, train_losses
+from tests.conftest import ROUNDING
 
 TEXTS = ["The cat sat on the mat .", "Dogs bark at the cat at night .", "The the the cat ."]
 
@@ -27,7 +28,7 @@ def test_the_token_cache_is_on_by_default_and_exact():
     assert len(encoder_of(cached).cache) == len({w for t in TEXTS for w in t.split()}) + 2  # and <S>, </S>
     assert encoder_of(uncached).cache is None
     for a, b, c in zip(reference, first, again):
-        np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(b, a, **ROUNDING)
         np.testing.assert_array_equal(c, b)
 
 
@@ -35,7 +36,7 @@ def test_the_cache_fills_from_a_word_list_and_stops_when_full():
     nlp = make_nlp(cache_size=3)
     nlp.get_pipe("elmo").fill_token_cache(["the", "cat", "sat", "on"])
     assert list(encoder_of(nlp).cache.slots) == ["the", "cat", "sat"]
-    np.testing.assert_allclose(vectors(nlp)[0], vectors(make_nlp(cache_size=0))[0], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(vectors(nlp)[0], vectors(make_nlp(cache_size=0))[0], **ROUNDING)
 
 
 def test_int8_in_the_architecture_block_stays_close_to_fp32():
@@ -54,7 +55,7 @@ def test_precision_and_cache_size_survive_saving_and_loading(tmp_path):
     encoder = encoder_of(loaded)
     assert (encoder.precision, encoder.cache.capacity) == ("int8", 77)
     for a, b in zip(expected, vectors_loaded):
-        np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(b, a, **ROUNDING)
 
 
 def test_a_config_override_changes_the_precision_of_a_saved_pipeline(tmp_path):
