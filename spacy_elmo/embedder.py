@@ -49,8 +49,9 @@ class ElmoEmbedder:
 
     batch_requests: calls from several threads that arrive while the biLM is busy go through it together, as one
         batch, when it is free (a call finding it free runs at once); each still gets exactly its own vectors.
-    batch_wait_ms: with ``batch_requests``, a call finding the biLM free first waits this long for others to join
-        (default 0: only calls already waiting are merged).
+    batch_wait_ms: with ``batch_requests``, after a batch that merged several calls, the next call finding the biLM
+        free waits up to this long for as many calls to join (default 0: only calls already waiting are merged; a
+        lone caller never waits).
 
     One embedder may serve several threads at once in the stateless mode (the default), with or without the
     token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to

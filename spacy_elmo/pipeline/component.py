@@ -131,8 +131,8 @@ class Elmo(TrainablePipe):
     turns the cache off). ``threads``: torch CPU threads while predicting (default 1; null keeps
     torch's own setting), set for each call only, as for ``ElmoEmbedder``. ``batch_requests``: Docs of calls
     from several threads (``nlp(text)`` in a web app) that arrive while the biLM is busy run through it together
-    when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: how long a call finding it free waits for others
-    (default 0). A stateful biLM runs one call at a time instead, never merged.
+    when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: after a batch that merged several calls, how long
+    the next call finding it free may wait for as many calls to join (default 0; a lone caller never waits). A stateful biLM runs one call at a time instead, never merged.
     """
 
     def __init__(
