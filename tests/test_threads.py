@@ -13,9 +13,8 @@ import spacy_elmo.pipeline.component as component_module
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.util.threads import RequestBatcher, torch_threads
 
-from tests.conftest import ALLENNLP
+from tests.conftest import ALLENNLP, ROUNDING
 from tests.pipeline.conftest import elmo_config
-from tests.conftest import ROUNDING
 
 OUTSIDE = 3  # the process's own setting in these tests: neither the default 1 nor a value the tests ask for
 

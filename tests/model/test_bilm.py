@@ -9,8 +9,7 @@ import torch
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.model.options import preset
 from spacy_elmo.formats.weights import layout
-from tests.conftest import ALLENNLP, BILM_TF
-from tests.conftest import ROUNDING
+from tests.conftest import ALLENNLP, BILM_TF, ROUNDING
 
 
 def _stateful_top_layers_match(options_file, weight_file, folder, sentences_file):

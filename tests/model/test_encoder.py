@@ -6,8 +6,7 @@ from spacy_elmo.errors import ElmoSettingsError
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.model.batch_encoder import BatchEncoder
 from spacy_elmo.formats.weights import load_files
-from tests.conftest import ALLENNLP
-from tests.conftest import ROUNDING
+from tests.conftest import ALLENNLP, ROUNDING
 
 
 def _encoder(cache_size: int) -> ElmoEncoder:
@@ -23,7 +22,7 @@ def test_cached_token_vectors_equal_the_char_cnn(allennlp_files):
         want = BatchEncoder(plain)(sentences, 4096)
         got = BatchEncoder(cached)(sentences, 4096)
     assert len(cached.cache) == 100  # pre-filled 80, then filled while running, and bounded
-    assert (want - got).abs().max().item() <= 1e-6
+    torch.testing.assert_close(got, want, **ROUNDING)
 
 
 def test_auto_start_is_warm_for_published_models_and_zeros_for_our_own(tmp_path, allennlp_files):
