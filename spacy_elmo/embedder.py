@@ -18,7 +18,7 @@ from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
 from .model.precision import DEFAULT_PRECISION
 from .model.batch_encoder import BatchEncoder
 from .model.batching import DEFAULT_MAX_BATCH_TOKENS
-from .util.threads import DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
+from .util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
 from .formats.weights import load_files
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
@@ -50,8 +50,8 @@ class ElmoEmbedder:
     batch_requests: calls from several threads that arrive while the biLM is busy go through it together, as one
         batch, when it is free (a call finding it free runs at once); each still gets exactly its own vectors.
     batch_wait_ms: with ``batch_requests``, after a batch that merged several calls, the next call finding the biLM
-        free waits up to this long for as many calls to join (default 0: only calls already waiting are merged; a
-        lone caller never waits).
+        free waits up to this long for as many calls to join (default 1; 0: only calls already waiting are
+        merged; a lone caller never waits).
 
     One embedder may serve several threads at once in the stateless mode (the default), with or without the
     token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to
@@ -73,7 +73,7 @@ class ElmoEmbedder:
         threads: Optional[int] = DEFAULT_THREADS,
         precision: str = DEFAULT_PRECISION,
         batch_requests: bool = True,
-        batch_wait_ms: float = 0.0,
+        batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS,
     ):
         self.threads = check_threads(threads)
         self.batch_requests = batch_requests

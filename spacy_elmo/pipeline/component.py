@@ -19,7 +19,7 @@ from thinc.types import Floats2d, Floats3d
 from ..sources.download import resolve_model
 from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
-from ..util.threads import DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
+from ..util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
 from .architectures import (
     bilm_options,
     bilm_settings,
@@ -68,7 +68,7 @@ class ElmoOutput(NamedTuple):
         "train_cache_mb": 1024,
         "threads": DEFAULT_THREADS,
         "batch_requests": True,
-        "batch_wait_ms": 0.0,
+        "batch_wait_ms": DEFAULT_BATCH_WAIT_MS,
     },
 )
 def make_elmo(
@@ -132,7 +132,8 @@ class Elmo(TrainablePipe):
     torch's own setting), set for each call only, as for ``ElmoEmbedder``. ``batch_requests``: Docs of calls
     from several threads (``nlp(text)`` in a web app) that arrive while the biLM is busy run through it together
     when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: after a batch that merged several calls, how long
-    the next call finding it free may wait for as many calls to join (default 0; a lone caller never waits). A stateful biLM runs one call at a time instead, never merged.
+    the next call finding it free may wait for as many calls to join (default 1; a lone caller never waits). A
+    stateful biLM runs one call at a time instead, never merged.
     """
 
     def __init__(
@@ -150,7 +151,7 @@ class Elmo(TrainablePipe):
         train_cache_mb: float = 1024,
         threads: Optional[int] = DEFAULT_THREADS,
         batch_requests: bool = True,
-        batch_wait_ms: float = 0.0,
+        batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS,
     ):
         check_mix_spec(mix)
         check_cache_mb(train_cache_mb)

@@ -22,6 +22,9 @@ import torch
 from ..errors import ElmoSettingsError
 
 DEFAULT_THREADS = 1
+# How long a call may wait for others after a merged batch: 8 threads calling nlp(text) went from 0.43x to 0.54x of
+# nlp.pipe's words/s with it (BENCHMARKS.md, issue 26); a lone caller never waits.
+DEFAULT_BATCH_WAIT_MS = 1.0
 
 _lock = threading.Lock()
 _active = 0  # calls inside torch_threads with a count set
