@@ -9,6 +9,7 @@ import numpy as np
 from thinc.types import Floats1d
 
 from ..errors import ElmoSettingsError
+from ..util.numbers import is_number
 
 MixName = Literal["average", "top"]
 MixSpec = Union[MixName, Sequence[float]]
@@ -21,14 +22,10 @@ def check_mix_spec(spec: MixSpec) -> None:
     if isinstance(spec, str):
         if spec not in MIX_NAMES:
             raise ElmoSettingsError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
-    elif not isinstance(spec, (list, tuple)) or not all(_is_weight(w) for w in spec):
+    elif not isinstance(spec, (list, tuple)) or not all(is_number(w) for w in spec):
         raise ElmoSettingsError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
     elif len(spec) == 0:
         raise ElmoSettingsError("mix is an empty list; give one weight per biLM layer, or 'average' / 'top'")
-
-
-def _is_weight(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fixed_mix_weights(spec: MixSpec, n_layers: int) -> Floats1d:

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import ElmoOptionsError
 from ..util.files import PathLike
+from ..util.numbers import is_number
 
 ACTIVATIONS = ("relu", "tanh")
 
@@ -192,9 +193,7 @@ class ElmoOptions:
         clips = {}
         for key in ("cell_clip", "proj_clip"):
             value = lstm.get(key)
-            if value is not None and (
-                not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf
-            ):
+            if value is not None and (not is_number(value) or not 0 <= value < math.inf):
                 raise ElmoOptionsError(
                     f"{source}: lstm.{key} must be a non-negative finite number or null, found {value!r}"
                 )

@@ -14,6 +14,7 @@ from ..errors import ElmoError, ElmoSettingsError
 from ..model.fixed_mix import check_mix_spec
 from ..model.token_cache import check_cache_size
 from ..sources.resolve import check_downloaded, check_model_source
+from ..util.numbers import is_number
 from ..util.threads import check_threads, check_wait_ms
 
 DOWNLOAD_HINT = (
@@ -49,10 +50,6 @@ def setting_type(name: str, accepts: str, check: Callable[[Any], Any]) -> type:
     return SettingType(name, (), {"accepts": accepts, "check": staticmethod(check)})
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def check_token_count(value: Any, name: str = "a number of tokens") -> None:
     """Refuse a number of tokens (a batch's, a window's) below 1."""
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
@@ -61,19 +58,19 @@ def check_token_count(value: Any, name: str = "a number of tokens") -> None:
 
 def check_cache_mb(value: Any) -> None:
     """Refuse a layer cache size that is not a number of megabytes >= 0."""
-    if not (_is_number(value) and value >= 0):
+    if not (is_number(value) and value >= 0):
         raise ElmoSettingsError(f"train_cache_mb must be >= 0 (0 turns the layer cache off), found {value!r}")
 
 
 def check_dropout(value: Any) -> None:
     """Refuse a dropout rate outside [0, 1)."""
-    if not (_is_number(value) and 0.0 <= value < 1.0):
+    if not (is_number(value) and 0.0 <= value < 1.0):
         raise ElmoSettingsError(f"dropout must be in [0, 1), found {value!r}")
 
 
 def check_l2(value: Any) -> None:
     """Refuse a negative L2 penalty."""
-    if not (_is_number(value) and value >= 0):
+    if not (is_number(value) and value >= 0):
         raise ElmoSettingsError(f"l2 must be >= 0, found {value!r}")
 
 

@@ -1,1 +1,1 @@
-"""Small helpers without ELMo knowledge: atomic files, signals, torch threads, text reading and tokenizing."""
+"""Small helpers without ELMo knowledge: atomic files, signals, torch threads, text reading and tokenizing, what counts as a number."""

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 import torch
 
 from ..errors import ElmoSettingsError
+from .numbers import is_number
 
 DEFAULT_THREADS = 1
 # How long a call may wait for others after a merged batch: 8 threads calling nlp(text) went from 0.43x to 0.54x of
@@ -190,6 +191,6 @@ def _answer(request: _Request, results: Optional[List[Any]] = None, error: Optio
 
 def check_wait_ms(wait_ms: float) -> float:
     """``wait_ms`` if it is a number of milliseconds >= 0 (0: merge only the calls that are already waiting)."""
-    if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or not wait_ms >= 0:
+    if not is_number(wait_ms) or not wait_ms >= 0:
         raise ElmoSettingsError(f"batch_wait_ms must be a number of milliseconds >= 0 (0: no waiting), found {wait_ms!r}")
     return float(wait_ms)

@@ -1,0 +1,7 @@
+"""What the settings checks count as a number: an int or a float, not a bool (which Python counts as an int)."""
+from typing import Any
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float and not a bool (``True`` would pass as 1 otherwise)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
