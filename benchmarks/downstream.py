@@ -208,8 +208,12 @@ def main(argv: Optional[list] = None) -> None:
                             when_adapted, adapting[task], task, seed, data[task], out, args.max_steps, args.precision
                         )
                     else:
-                        bilm = untrained(out, seed) if variant == "untrained" else None  # trained: the embedded one
-                        bilm = candidate if variant == "candidate" else bilm
+                        if variant == "untrained":
+                            bilm = untrained(out, seed)
+                        elif variant == "candidate":
+                            bilm = candidate
+                        else:
+                            bilm = None  # baseline: no biLM; trained: the embedded one
                         job = pool.submit(
                             train_and_evaluate, task, variant, seed, data[task], bilm, out, args.max_steps, args.precision
                         )
