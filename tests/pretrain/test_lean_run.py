@@ -99,7 +99,7 @@ def test_restored_checkpoint_is_the_run_whose_weights_its_commit_shipped(tmp_pat
     """For English that is the first pass, which the shipped model continued (MODEL_CARD.md)."""
     commit, model = _restore(name, tmp_path / name)
     for file in ("options.json", "weights.hdf5"):
-        blob = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:spacy_elmo/data/{name}/{file}"], capture_output=True)
+        blob = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:spacy_elmo/data/{name}/{file}"], capture_output=True, check=True)
         (tmp_path / file).write_bytes(blob.stdout)
     bilm = ElmoEmbedder(tmp_path / "options.json", tmp_path / "weights.hdf5").encoder.bilm
     for key, tensor in bilm.state_dict().items():
