@@ -340,7 +340,16 @@ def test_a_stateful_pipeline_runs_calls_one_at_a_time(monkeypatch):
     assert sizes == [(1, 1)] * 8 and not any(isinstance(a, BaseException) for a in answers.values())
 
 
-def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batcher_goes_on():
+@pytest.fixture
+def ctrl_c_interrupts():
+    """Python's own Ctrl-C handler for the test's duration: a suite started in the background by a shell inherits
+    SIGINT ignored, and then no Ctrl-C would reach the waiting caller."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batcher_goes_on(ctrl_c_interrupts):
     """The main thread waits behind a running batch and gets SIGINT (Ctrl-C): KeyboardInterrupt reaches it, its items
     never run, and the next calls are served."""
     run = _BlockingRun()
