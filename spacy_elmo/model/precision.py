@@ -10,8 +10,9 @@ two pinning columns of +1 and -1 (inputs whose weights are zero) fix the per-ten
 kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The kernel is torch's fbgemm dynamic quantized linear, reached
 through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in one place.
 """
+import functools
 import warnings
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -158,12 +159,13 @@ class Int8Linear(LowPrecisionLinear):
         stacked, rows, width = x.shape
         if rows == 0:
             return out
+        linear_dynamic = _int8_kernel()
         magnitude = x.abs().amax(dim=2, keepdim=True).clamp_min_(1e-30)
         unit = _pinned_rows(x, scratch)
         torch.div(x, magnitude, out=unit.narrow(2, 0, width))
         for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
             # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
-            product = torch.ops.quantized.linear_dynamic(unit[d], kernel._packed, True)
+            product = linear_dynamic(unit[d], kernel._packed, True)
             if shift is None:
                 torch.mul(product, magnitude[d], out=out[d])
             else:
@@ -173,6 +175,14 @@ class Int8Linear(LowPrecisionLinear):
 
 # The pinning columns of every int8 product's scaled rows (see the module docstring).
 PINS = torch.tensor([1.0, -1.0])
+
+
+@functools.lru_cache(maxsize=None)
+def _int8_kernel() -> Callable[..., torch.Tensor]:
+    """fbgemm's dynamic int8 linear as one resolved overload: called through ``torch.ops.quantized.linear_dynamic``,
+    each call first checks in Python whether its arguments need a Python dispatch (5 us, a fifth of a one-row
+    product's time)."""
+    return torch.ops.quantized.linear_dynamic.default
 
 
 def _pinned_rows(x: torch.Tensor, scratch: Optional[Scratch]) -> torch.Tensor:
