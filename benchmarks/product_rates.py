@@ -55,6 +55,21 @@ def layer_products(options, precision: str) -> StackedProducts:
         return StackedProducts(lstms)
 
 
+def row_seconds(products: StackedProducts, rows: int) -> Dict[str, float]:
+    """Seconds per row of the input, hidden and projection products over ``rows`` rows of random inputs."""
+    lstm = products.lstms[0]
+    p, h = lstm.projection_dim, lstm.cell_dim
+    x, h0, cell = torch.randn(2, rows, p), torch.randn(2, rows, p), torch.randn(2, rows, h)
+    with torch.no_grad():
+        gates = products.inputs(x, {})
+        runs: Dict[str, Callable[[], object]] = {
+            "input": lambda: products.inputs(x, {}),
+            "hidden": lambda: products.recurrent(gates, h0, {}),
+            "projection": lambda: products.project(cell, {}),
+        }
+        return {name: per_call_seconds(run) / rows for name, run in runs.items()}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="small", choices=["small", "medium", "original"])
@@ -70,19 +85,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for precision in ("fp32", "int8"):
         products = layer_products(options, precision)
-        with torch.no_grad():
-            for rows in ROWS:
-                x, h0, cell = torch.randn(2, rows, p), torch.randn(2, rows, p), torch.randn(2, rows, h)
-                gates = products.inputs(x, {})
-                runs: Dict[str, Callable[[], object]] = {
-                    "input": lambda: products.inputs(x, {}),
-                    "hidden": lambda: products.recurrent(gates, h0, {}),
-                    "projection": lambda: products.project(cell, {}),
-                }
-                per_row = {name: per_call_seconds(run) / rows for name, run in runs.items()}
-                cells = [f"{per_row[n] * 1e6:.1f} ({flops[n] / per_row[n] / 1e9:.0f})" for n in runs]
-                word = options.n_layers * sum(per_row.values()) * 1e6
-                print(f"| {precision} | {rows} | " + " | ".join(cells) + f" | {word:.0f} |")
+        for rows in ROWS:
+            per_row = row_seconds(products, rows)
+            cells = [f"{seconds * 1e6:.1f} ({flops[n] / seconds / 1e9:.0f})" for n, seconds in per_row.items()]
+            word = options.n_layers * sum(per_row.values()) * 1e6
+            print(f"| {precision} | {rows} | " + " | ".join(cells) + f" | {word:.0f} |")
     print(f"\nload average after: {_load()}")
 
 
