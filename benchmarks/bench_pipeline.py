@@ -36,6 +36,7 @@ from spacy.training import Example
 from thinc.api import ConfigValidationError, fix_random_seed
 
 from spacy_elmo import ElmoEmbedder
+from spacy_elmo.model.precision import native_bf16_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_embed import UD, _cpu_model, make_model, read_conllu  # noqa: E402
@@ -184,6 +185,7 @@ def serving_rates(args: argparse.Namespace, texts: List[str]) -> Dict[str, List[
         }
         if waiting is not None:
             runs[f"{threads}, batch_wait_ms 1"] = lambda: list(pool.map(waiting, texts))
+        runs.update(extra_one_doc_runs(args, texts))
         rates: Dict[str, List[float]] = {mode: [] for mode in runs}
         for _ in range(args.rounds):
             for mode, run in runs.items():
@@ -191,6 +193,19 @@ def serving_rates(args: argparse.Namespace, texts: List[str]) -> Dict[str, List[
                 run()
                 rates[mode].append(n_words / (time.perf_counter() - start))
     return rates
+
+
+def extra_one_doc_runs(args: argparse.Namespace, texts: List[str]) -> Dict[str, Callable[[], object]]:
+    """With --serving-extras: one Doc per call at bf16 (where this CPU has native bf16) and at fp32 with 2 torch
+    threads, each pipeline's token cache filled first."""
+    if not args.serving_extras:
+        return {}
+    pipelines = {"one Doc per call fp32, 2 torch threads": serving_nlp(args, "fp32", threads=2)}
+    if native_bf16_cpu():
+        pipelines["one Doc per call bf16"] = serving_nlp(args, "bf16")
+    for nlp in pipelines.values():
+        list(nlp.pipe(texts))
+    return {mode: (lambda nlp=nlp: [nlp(text) for text in texts]) for mode, nlp in pipelines.items()}
 
 
 def serving_report(args: argparse.Namespace, argv: List[str]) -> None:
@@ -245,6 +260,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="with --serving: rounds of all modes per process")
     parser.add_argument("--processes", type=int, default=2, help="with --serving: processes per tree")
     parser.add_argument("--serving-threads", type=int, default=8, help="with --serving: Python threads")
+    parser.add_argument("--serving-extras", action="store_true",
+                        help="with --serving: also one Doc per call at bf16 and with 2 torch threads")
     parser.add_argument("--serving-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serving:
