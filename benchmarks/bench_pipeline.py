@@ -185,7 +185,9 @@ def serving_rates(args: argparse.Namespace, texts: List[str]) -> Dict[str, List[
         }
         if waiting is not None:
             runs[f"{threads}, batch_wait_ms 1"] = lambda: list(pool.map(waiting, texts))
-        runs.update(extra_one_doc_runs(args, texts))
+        if args.serving_extras:
+            runs.update(extra_one_doc_runs(args, texts))
+            runs[f"{args.serving_threads} threads, one Doc per call int8"] = lambda: list(pool.map(int8, texts))
         rates: Dict[str, List[float]] = {mode: [] for mode in runs}
         for _ in range(args.rounds):
             for mode, run in runs.items():
@@ -196,10 +198,8 @@ def serving_rates(args: argparse.Namespace, texts: List[str]) -> Dict[str, List[
 
 
 def extra_one_doc_runs(args: argparse.Namespace, texts: List[str]) -> Dict[str, Callable[[], object]]:
-    """With --serving-extras: one Doc per call at bf16 (where this CPU has native bf16) and at fp32 with 2 torch
+    """For --serving-extras: one Doc per call at bf16 (where this CPU has native bf16) and at fp32 with 2 torch
     threads, each pipeline's token cache filled first."""
-    if not args.serving_extras:
-        return {}
     pipelines = {"one Doc per call fp32, 2 torch threads": serving_nlp(args, "fp32", threads=2)}
     if native_bf16_cpu():
         pipelines["one Doc per call bf16"] = serving_nlp(args, "bf16")
@@ -261,7 +261,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--processes", type=int, default=2, help="with --serving: processes per tree")
     parser.add_argument("--serving-threads", type=int, default=8, help="with --serving: Python threads")
     parser.add_argument("--serving-extras", action="store_true",
-                        help="with --serving: also one Doc per call at bf16 and with 2 torch threads")
+                        help="with --serving: also one Doc per call at bf16 and with 2 torch threads, and the threads at int8")
     parser.add_argument("--serving-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serving:
