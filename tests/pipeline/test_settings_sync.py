@@ -31,3 +31,17 @@ def test_a_setting_changed_on_a_loaded_biLM_reaches_its_module_at_once(nlp):
     configure_bilm_model(model, cache_size=7, frozen=False)
     module = model.shims[0].module
     assert module.encoder.cache.capacity == 7 and all(p.requires_grad for p in module.parameters())
+
+
+def test_predicting_sets_evaluation_mode_once_instead_of_switching_modes_on_every_call(nlp, monkeypatch):
+    """After a training step left the biLM in training mode, the first prediction sets evaluation mode (every
+    submodule once); later predictions switch nothing."""
+    nlp("Warm it up .")
+    module = nlp.get_pipe("elmo").model.shims[0].module
+    module.train()
+    switches = []
+    train = module.train
+    monkeypatch.setattr(module, "train", lambda mode=True: switches.append(mode) or train(mode))
+    for text in ("One more .", "And another one .", "The last ."):
+        nlp(text)
+    assert switches == [False] and not module.training
