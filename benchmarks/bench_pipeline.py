@@ -186,8 +186,7 @@ def serving_rates(args: argparse.Namespace, texts: List[str]) -> Dict[str, List[
         if waiting is not None:
             runs[f"{threads}, batch_wait_ms 1"] = lambda: list(pool.map(waiting, texts))
         if args.serving_extras:
-            runs.update(extra_one_doc_runs(args, texts))
-            runs[f"{args.serving_threads} threads, one Doc per call int8"] = lambda: list(pool.map(int8, texts))
+            runs.update(extra_runs(args, texts, pool, int8))
         rates: Dict[str, List[float]] = {mode: [] for mode in runs}
         for _ in range(args.rounds):
             for mode, run in runs.items():
@@ -197,15 +196,21 @@ def serving_rates(args: argparse.Namespace, texts: List[str]) -> Dict[str, List[
     return rates
 
 
-def extra_one_doc_runs(args: argparse.Namespace, texts: List[str]) -> Dict[str, Callable[[], object]]:
+def extra_runs(
+    args: argparse.Namespace, texts: List[str], pool: ThreadPoolExecutor, int8: Language
+) -> Dict[str, Callable[[], object]]:
     """For --serving-extras: one Doc per call at bf16 (where this CPU has native bf16) and at fp32 with 2 torch
-    threads, each pipeline's token cache filled first."""
+    threads (each pipeline's token cache filled first), and ``pool``'s threads calling the int8 pipeline."""
     pipelines = {"one Doc per call fp32, 2 torch threads": serving_nlp(args, "fp32", threads=2)}
     if native_bf16_cpu():
         pipelines["one Doc per call bf16"] = serving_nlp(args, "bf16")
     for nlp in pipelines.values():
         list(nlp.pipe(texts))
-    return {mode: (lambda nlp=nlp: [nlp(text) for text in texts]) for mode, nlp in pipelines.items()}
+    runs: Dict[str, Callable[[], object]] = {
+        mode: (lambda nlp=nlp: [nlp(text) for text in texts]) for mode, nlp in pipelines.items()
+    }
+    runs[f"{args.serving_threads} threads, one Doc per call int8"] = lambda: list(pool.map(int8, texts))
+    return runs
 
 
 def serving_report(args: argparse.Namespace, argv: List[str]) -> None:

@@ -20,7 +20,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
-from bench_embed import _cpu_model, _load
+from bench_embed import _cpu_model, _load, best_time
 from spacy_elmo.model.lstm import LstmWithProjection, StackedProducts
 from spacy_elmo.model.options import preset
 
@@ -28,19 +28,17 @@ ROWS = (1, 8, 22, 64)
 
 
 def per_call_seconds(run: Callable[[], object], seconds: float = 0.3) -> float:
-    """The best of 5 mean times of ``run`` over about ``seconds`` each."""
-    run()
+    """Mean seconds of a call of ``run``: the best of 5 passes of as many calls as take about ``seconds / 5``."""
     start, n = time.perf_counter(), 0
     while time.perf_counter() - start < seconds / 5 or n < 3:
         run()
         n += 1
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
+
+    def calls() -> None:
         for _ in range(n):
             run()
-        best = min(best, (time.perf_counter() - start) / n)
-    return best
+
+    return best_time(calls, passes=5)[0] / n
 
 
 def layer_products(options, precision: str) -> StackedProducts:
