@@ -5,21 +5,19 @@ the import. Unlike the reference it is deterministic by default: see ``initial_s
 ``stateful``.
 """
 import reprlib
-import sys
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from spacy.tokens import Doc, Span, Token
 
-from .sources.resolve import DEFAULT_LANG, model_files
+from .model.encoder import ElmoEncoder
+from .model.options import ElmoOptions
+from .runtime import BiLmSettings, ElmoRuntime
 from .util.files import PathLike
-from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
-from .model.precision import DEFAULT_PRECISION
-from .model.batch_encoder import BatchEncoder
-from .model.batching import DEFAULT_MAX_BATCH_TOKENS
-from .util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
-from .formats.weights import load_files
+
+# ElmoEmbedder's defaults are the runtime's (its token cache is off by default: cache_size 0).
+DEFAULTS = BiLmSettings()
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
 Sentence = Union[Sequence[str], Sequence[Token], Doc, Span]
@@ -42,7 +40,8 @@ class ElmoEmbedder:
     max_batch_tokens: padded tokens per biLM batch in the stateless mode.
     lang: with no files given, use the model embedded for this language ("en" or "zh").
     threads: torch CPU threads while embedding (default 1, never slow on a busy machine; more can help on idle
-        cores; None keeps torch's own setting). Set for each call only: other torch code is not affected.
+        cores; None keeps torch's own setting). torch's setting is process-wide: it is set when the embedder
+        first runs in a process, and stays.
     precision: the biLM's matrix products in ``"fp32"`` (default, exact), ``"int8"`` (int8 weights, per-row
         int8 activations; any x86 CPU, fastest with AVX512-VNNI) or ``"bf16"`` (CPUs with native bf16; refused
         elsewhere); on a GPU ``"bf16"`` or ``"fp16"``. A sentence's vectors still do not depend on its batch.
@@ -63,62 +62,63 @@ class ElmoEmbedder:
         self,
         options_file: Optional[PathLike] = None,
         weight_file: Optional[PathLike] = None,
-        initial_state: str = DEFAULT_INITIAL_STATE,
-        stateful: bool = False,
+        initial_state: str = DEFAULTS.initial_state,
+        stateful: bool = DEFAULTS.stateful,
         device: Union[str, torch.device] = "cpu",
-        cache_size: int = 0,
+        cache_size: int = DEFAULTS.cache_size,
         cache_words: Optional[Iterable[str]] = None,
-        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-        lang: str = DEFAULT_LANG,
-        threads: Optional[int] = DEFAULT_THREADS,
-        precision: str = DEFAULT_PRECISION,
-        batch_requests: bool = True,
-        batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS,
+        max_batch_tokens: int = DEFAULTS.max_batch_tokens,
+        lang: str = DEFAULTS.lang,
+        threads: Optional[int] = DEFAULTS.threads,
+        precision: str = DEFAULTS.precision,
+        batch_requests: bool = DEFAULTS.batch_requests,
+        batch_wait_ms: float = DEFAULTS.batch_wait_ms,
     ):
-        self.threads = check_threads(threads)
-        self.batch_requests = batch_requests
-        self._requests = RequestBatcher(self._embed_now, batch_wait_ms)
-        bilm = load_files(*model_files(options_file, weight_file, lang))
-        self.encoder = ElmoEncoder(bilm, initial_state=initial_state, cache_size=cache_size).to(device).eval()
-        self.encoder.set_precision(precision)
+        settings = BiLmSettings(
+            options_file=options_file,
+            weight_file=weight_file,
+            lang=lang,
+            initial_state=initial_state,
+            stateful=stateful,
+            max_batch_tokens=max_batch_tokens,
+            precision=precision,
+            cache_size=cache_size,
+            threads=threads,
+            batch_requests=batch_requests,
+            batch_wait_ms=batch_wait_ms,
+        )
+        self.runtime = ElmoRuntime.load(settings, device)
         if cache_words is not None:
-            self.encoder.fill_cache(cache_words)
-        self.max_batch_tokens = max_batch_tokens
-        self._batches = BatchEncoder(self.encoder, stateful=stateful)
+            self.runtime.fill_cache(cache_words)
+
+    @property
+    def settings(self) -> BiLmSettings:
+        return self.runtime.settings
 
     @property
     def stateful(self) -> bool:
-        return self._batches.stateful
+        return self.runtime.settings.stateful
 
     @property
-    def options(self):
-        return self.encoder.options
+    def options(self) -> ElmoOptions:
+        return self.runtime.options
+
+    @property
+    def encoder(self) -> ElmoEncoder:
+        """The biLM with its token layer (read-only use: settings change through a new embedder)."""
+        return self.runtime.encoder
 
     def reset_states(self) -> None:
         """Forget carried state (stateful mode): the next call starts from the initial state."""
-        self._batches.carried.reset()
+        self.runtime.reset_states()
 
     def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
         """Layers of one sentence: float32 ``(n_layers + 1, len(sentence), 2 * projection_dim)``."""
         return self.embed_batch([sentence])[0]
 
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
-        """Layers of each sentence, in order; see :meth:`embed_sentence`."""
-        batch = _token_lists(batch)
-        if not batch:
-            return []
-        if self.stateful or self.batch_requests:
-            return self._requests(batch, merge=not self.stateful)
-        return self._embed_now(batch)
-
-    def _embed_now(self, batch: List[List[str]]) -> List[np.ndarray]:
-        """The layers of ``batch``'s sentences, computed by this thread now."""
-        # Stateful: the whole call is one biLM batch, so that row r continues row r of the call before, as in AllenNLP.
-        cap = sys.maxsize if self.stateful else self.max_batch_tokens
-        with torch.inference_mode(), torch_threads(self.threads):
-            layers = self._batches(batch, cap).float().cpu().numpy()  # one transfer to the host for the call
-        ends = np.cumsum([len(sentence) for sentence in batch])[:-1]
-        return [np.ascontiguousarray(x) for x in np.split(layers, ends, axis=1)]  # a copy each, but for one sentence
+        """Layers of each sentence, in order; see :meth:`embed_sentence`. Each array holds its sentence's rows only."""
+        return [np.ascontiguousarray(layers) for layers in self.runtime.layers(_token_lists(batch))]
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""

@@ -1,5 +1,5 @@
 """Many token sequences through an :class:`ElmoEncoder` in capped batches, their layers packed on one token axis."""
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -7,9 +7,9 @@ from torch import nn
 
 from .options import ElmoOptions
 from .batching import length_batches
-from .bilm import BiLmState
 from .carried_state import CarriedState
 from .encoder import ElmoEncoder
+from .lstm import LayerOutput, MixOutput
 
 
 class BatchEncoder(nn.Module):
@@ -35,38 +35,27 @@ class BatchEncoder(nn.Module):
     ) -> torch.Tensor:
         """All segments' layers, ``(n_layers + 1, total_tokens, dim)``, segment after segment.
 
-        With ``mix`` (one weight per layer) the layers are summed with these weights batch by
-        batch and ``(total_tokens, dim)`` comes back, so the full layers never exist at once.
+        With ``mix`` (one weight per layer) the layers are summed with these weights as each is produced and
+        ``(total_tokens, dim)`` comes back, so the layers themselves are never stored. Every batch writes its
+        tokens' rows straight into the one output. In the stateful mode the carried state changes only when the
+        whole call has run, so an interrupted call leaves it as it was.
         """
         lengths = np.array([len(s) for s in segments], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(lengths)))
-        layers = self.encoder.layer_output(int(offsets[-1])) if mix is None else None
-        mixed = None if mix is None else self.encoder.bilm.w_proj.new_zeros(int(offsets[-1]), self.options.output_dim)
+        out = self._output(int(offsets[-1]), mix)
+        carried = self.carried.copy() if self.stateful else None
         for batch in length_batches(lengths.tolist(), max_batch_tokens, keep_order=self.stateful):
-            start = self.carried.start(self.encoder, len(batch)) if self.stateful else None
-            sentences = [segments[i] for i in batch]
-            if mix is None:
-                final = self.encoder.encode(sentences, start, layers, offsets[batch])
-            else:
-                final = self._encode_mixed(sentences, start, mix, mixed, offsets[batch])
-            if self.stateful:
-                self.carried.update(final)
-        return layers.layers() if mix is None else mixed
+            start = carried.start(self.encoder, len(batch)) if carried is not None else None
+            final = self.encoder.encode([segments[i] for i in batch], start, out, offsets[batch])
+            if carried is not None:
+                carried.update(final)
+        if carried is not None:
+            self.carried = carried
+        return out.layers()
 
-    def _encode_mixed(
-        self, sentences: List[Sequence[str]], start: Optional[BiLmState], mix: torch.Tensor, out: torch.Tensor,
-        starts: np.ndarray,
-    ) -> BiLmState:
-        """One batch's layers summed with the weights ``mix`` into ``out`` ``(total_tokens, dim)``, sentence ``i``
-        from row ``starts[i]`` on; returns the batch's final state."""
-        lengths = np.array([len(s) for s in sentences], dtype=np.int64)
-        within = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # each sentence's first token in the batch
-        layers = self.encoder.layer_output(int(lengths.sum()))
-        final = self.encoder.encode(sentences, start, layers, within)
-        rows = torch.from_numpy(np.repeat(starts - within, lengths) + np.arange(int(lengths.sum()))).to(out.device)
-        out.index_copy_(0, rows, torch.tensordot(mix.to(out.dtype), layers.layers(), dims=1))
-        return final
-
-    def per_sentence(self, segments: Sequence[Sequence[str]], max_batch_tokens: int) -> List[torch.Tensor]:
-        """Each segment's layers, ``(n_layers + 1, len(segment), dim)``, in the order given (views of one tensor)."""
-        return list(self.forward(segments, max_batch_tokens).split([len(s) for s in segments], dim=1))
+    def _output(self, n_tokens: int, mix: Optional[torch.Tensor]) -> Union[LayerOutput, MixOutput]:
+        """Where the layers of ``n_tokens`` packed tokens go: every layer, or their mix with the weights ``mix``."""
+        options, like = self.options, self.encoder.bilm.w_proj
+        if mix is None:
+            return LayerOutput(like, options.n_output_layers, n_tokens, options.projection_dim, zeros=False)
+        return MixOutput(like, mix, n_tokens, options.projection_dim)

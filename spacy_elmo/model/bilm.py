@@ -169,14 +169,14 @@ class BiLm(nn.Module):
             state = BiLmState.zeros(self.options, packing.batch, inputs)
         start = state.select(packing.order)
         index = out.index(tokens)
-        out.write(index[0], inputs)
+        out.write(0, index, inputs)
         final_h, final_c = [], []
         for k, lstms in enumerate(zip(self.forward_lstms, self.backward_lstms)):
             products = prepared_products(lstms, self._products, k)
             layer, h_n, c_n = run_packed(products, inputs, packing.active, start.h[k], start.c[k])
             if k > 0 and self.options.use_skip_connections:
-                layer = layer + inputs
-            out.write(index[k + 1], layer)
+                layer.add_(inputs)  # ``layer`` is the LSTM's own new output: adding in place changes nothing else
+            out.write(k + 1, index, layer)
             final_h.append(h_n)
             final_c.append(c_n)
             inputs = layer

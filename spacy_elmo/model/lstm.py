@@ -114,21 +114,24 @@ class Packing:
         directions, _, dim = packed.shape
         out = LayerOutput(packed, 1, self.batch * self.steps, dim, directions)
         tokens = self.destinations(np.arange(self.batch) * self.steps, 0)[:directions]
-        out.write(out.index(tokens)[0], packed)
+        out.write(0, out.index(tokens), packed)
         return out.layers()[0].view(self.batch, self.steps, directions * dim)
 
 
 class LayerOutput:
-    """Layers ``(n_layers, n_tokens, directions * dim)`` filled by scattering packed rows into place, zero elsewhere.
+    """Layers ``(n_layers, n_tokens, directions * dim)`` filled by scattering packed rows into place.
 
     Each packed row is written once, straight to its place. One spare ``dim``-row past the layers takes the
     packed rows that have no place (a sentence's ``<S>`` and ``</S>``), so dropping them costs no pass of its own.
+    ``zeros``: start from zeros, for layouts with rows no packed row fills (padding); a packed layout, where every
+    token is written, starts uninitialised.
     """
 
-    def __init__(self, like: torch.Tensor, n_layers: int, n_tokens: int, dim: int, directions: int = 2):
+    def __init__(self, like: torch.Tensor, n_layers: int, n_tokens: int, dim: int, directions: int = 2, zeros: bool = True):
         self.shape = (n_layers, n_tokens, directions * dim)
         self.directions = directions
-        self._rows = like.new_zeros(n_layers * n_tokens * directions + 1, dim)
+        size = (n_layers * n_tokens * directions + 1, dim)
+        self._rows = like.new_zeros(size) if zeros else like.new_empty(size)
 
     def index(self, tokens: np.ndarray) -> torch.Tensor:
         """Rows of the storage, ``(n_layers, directions * n_packed)``, for packed positions whose tokens are
@@ -139,13 +142,37 @@ class LayerOutput:
         spare = self._rows.shape[0] - 1
         return torch.from_numpy(np.where(tokens[None] >= 0, rows, spare).reshape(n_layers, -1)).to(self._rows.device)
 
-    def write(self, index: torch.Tensor, packed: torch.Tensor) -> None:
-        """Put ``packed`` ``(directions, n_packed, dim)`` at ``index`` (one layer's row of :meth:`index`)."""
-        self._rows.index_copy_(0, index, packed.reshape(-1, packed.shape[-1]))
+    def write(self, layer: int, index: torch.Tensor, packed: torch.Tensor) -> None:
+        """Put layer ``layer``'s ``packed`` ``(directions, n_packed, dim)`` at its row of :meth:`index`."""
+        self._rows.index_copy_(0, index[layer], packed.reshape(-1, packed.shape[-1]))
 
     def layers(self) -> torch.Tensor:
         """The layers written so far (a view of the storage)."""
         return self._rows[:-1].view(self.shape)
+
+
+class MixOutput:
+    """``sum_k weights[k] * layer_k`` ``(n_tokens, directions * dim)``, accumulated as each layer is written, so the
+    layers themselves are never stored. Same interface as :class:`LayerOutput`; layer 0 must be written first
+    for each token (it sets the row, the later layers add to it)."""
+
+    def __init__(self, like: torch.Tensor, weights: torch.Tensor, n_tokens: int, dim: int, directions: int = 2):
+        self._base = LayerOutput(like, 1, n_tokens, dim, directions, zeros=False)
+        self.weights = weights.tolist()
+
+    def index(self, tokens: np.ndarray) -> torch.Tensor:
+        return self._base.index(tokens)[0]
+
+    def write(self, layer: int, index: torch.Tensor, packed: torch.Tensor) -> None:
+        rows = packed.reshape(-1, packed.shape[-1])
+        if layer == 0:
+            self._base._rows.index_copy_(0, index, rows * self.weights[0])
+        else:
+            self._base._rows.index_add_(0, index, rows, alpha=self.weights[layer])
+
+    def layers(self) -> torch.Tensor:
+        """The mix ``(n_tokens, directions * dim)`` (a view of the storage)."""
+        return self._base.layers()[0]
 
 
 def run_packed(

@@ -4,8 +4,8 @@ import multiprocessing
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Union
 
+import numpy as np
 import srsly
-import torch
 from spacy import util as spacy_util
 from spacy.language import Language, _apply_pipes
 from spacy.pipeline import Tok2Vec, TrainablePipe
@@ -19,21 +19,21 @@ from thinc.types import Floats2d, Floats3d
 from ..sources.download import resolve_model
 from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
-from ..util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
+from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
+from ..runtime.settings import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS
 from .architectures import (
-    bilm_options,
+    BILM_SETTINGS,
     bilm_settings,
     configure_bilm_model,
-    encode_segments,
-    fill_token_cache,
+    doc_layers,
     frozen_backprop,
     is_loaded,
     load_bilm_weights,
-    mix_docs,
-    reset_state,
+    runtime_of,
+    settings_dict,
 )
 from .config_types import CacheMegabytes, Mix, ModelName, Threads, WaitMilliseconds, check_cache_mb
-from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
+from .extensions import install_extensions, install_vector_hooks
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
 from .listener import batch_id, is_listener, listener_state, replace_listener, replace_listener_cfg, upstream_name
@@ -45,10 +45,12 @@ DEFAULT_MODEL_CONFIG = """
 @architectures = "spacy_elmo.ElmoBiLm.v2"
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+# The model attrs in which version 0.2 kept the settings, saved with the weights.
+LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
 
 
 class ElmoOutput(NamedTuple):
-    """What :meth:`Elmo.predict` found for one Doc: its layers and/or its mixed vectors (xp arrays)."""
+    """What :meth:`Elmo.predict` found for one Doc: its layers and/or its mixed vectors (numpy, its own)."""
 
     layers: Optional[Floats3d]
     vectors: Optional[Floats2d]
@@ -128,8 +130,8 @@ class Elmo(TrainablePipe):
     hooks: ``with_vector_hooks`` puts them back). With all four off nothing is stored: listeners get the layers through the component's
     :class:`LayerHandoff`, which releases each Doc's layers once every listener has read them.
     ``train_cache_mb``: memory for layers of training sentences (frozen, stateless biLM only; 0
-    turns the cache off). ``threads``: torch CPU threads while predicting (default 1; null keeps
-    torch's own setting), set for each call only, as for ``ElmoEmbedder``. ``batch_requests``: Docs of calls
+    turns the cache off). ``threads``: torch CPU threads for the biLM (default 1; null keeps torch's own
+    setting), process-wide, set once, as for ``ElmoEmbedder``. ``batch_requests``: Docs of calls
     from several threads (``nlp(text)`` in a web app) that arrive while the biLM is busy run through it together
     when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: after a batch that merged several calls, how long
     the next call finding it free may wait for as many calls to join (default 1; a lone caller never waits). A
@@ -162,30 +164,46 @@ class Elmo(TrainablePipe):
         self.listener_map: Dict[str, List[Model]] = {}
         self.handoff = LayerHandoff()
         self.cfg: Dict[str, Any] = {}
-        configure_bilm_model(model, frozen=frozen, lang=vocab.lang)
-        # Re-applied after loading, which restores the model attrs saved with the weights.
-        self.bilm_settings = bilm_settings(model)
         self.mix = mix
         self.store_vectors = store_vectors
         self.store_layers = store_layers
         self.set_tensor = set_tensor
         self.vector_hooks = vector_hooks
         self.layer_cache = LayerCache(int(train_cache_mb * 2**20))
-        self.threads = check_threads(threads)
-        self.batch_requests = batch_requests
-        self._requests = RequestBatcher(self._predict_now, batch_wait_ms)
-        self._configure_model()
+        self._mix_weights: Optional[MixWeights] = None  # decided when the biLM's layers are known
+        self._configure(
+            frozen=frozen,
+            lang=vocab.lang,
+            threads=threads,
+            batch_requests=batch_requests,
+            batch_wait_ms=batch_wait_ms,
+        )
 
-    def _configure_model(self) -> None:
-        """Give the model its settings from this component's config (loading restores those saved with the
-        weights, and the config wins) and the ``replace_listeners`` hooks."""
-        configure_bilm_model(self.model, **self.bilm_settings)
+    def _configure(self, **changes: Any) -> None:
+        """Change the biLM's settings (the model holds them) and give ``replace_listeners`` what it needs."""
+        configure_bilm_model(self.model, **changes)
         self.model.attrs["replace_listener"] = replace_listener
-        self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, dict(self.bilm_settings))
+        self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, settings_dict(self.model))
+
+    @property
+    def settings(self) -> BiLmSettings:
+        """The biLM's settings as they stand (its architecture block, completed by this component's)."""
+        return bilm_settings(self.model)
 
     @property
     def frozen(self) -> bool:
-        return self.bilm_settings["frozen"]
+        return self.settings.frozen
+
+    @property
+    def runtime(self) -> ElmoRuntime:
+        """The biLM and its settings (loaded on first use)."""
+        return runtime_of(self.model)
+
+    def __setstate__(self, state: Any) -> None:
+        """A pickled or copied component links its listeners (copied with it) to its own handoff."""
+        super().__setstate__(state)
+        for listener in self.listeners:
+            listener_state(listener).link(self.handoff)
 
     # --- spaCy's listener protocol (spacy.ty.ListenedToComponent) ---
 
@@ -236,7 +254,7 @@ class Elmo(TrainablePipe):
             self.add_listener(node, name)
 
     def _set_listener_dims(self, listener: Model) -> None:
-        options = bilm_options(self.model)
+        options = self.runtime.options
         listener.set_dim("nO", options.output_dim, force=True)
         listener.set_dim("nL", options.n_output_layers, force=True)
 
@@ -245,53 +263,39 @@ class Elmo(TrainablePipe):
     def predict(self, docs: Iterable[Doc]) -> List[ElmoOutput]:
         """Layers (for listeners and ``store_layers``) and/or mixed vectors of each Doc; nothing if nothing is stored."""
         docs = list(docs)
-        if not docs:
-            return []
-        stateful = self.bilm_settings["stateful"]
-        if stateful or self.batch_requests:
-            return self._requests(docs, merge=not stateful)
-        return self._predict_now(docs)
-
-    def _predict_now(self, docs: List[Doc]) -> List[ElmoOutput]:
-        """What :meth:`predict` gives for ``docs``, computed by this thread now."""
-        _single_thread_in_worker_process()
-        with torch_threads(self.threads):
-            return self._predict(docs)
-
-    def _predict(self, docs: List[Doc]) -> List[ElmoOutput]:
         need_layers = self.store_layers or bool(self.listener_map)
         need_vectors = self.store_vectors or self.set_tensor
-        if need_layers:
-            layers = self.model.predict(docs)
-            vectors = [self._mix(x) for x in layers] if need_vectors else [None] * len(docs)
-            return [ElmoOutput(x, v) for x, v in zip(layers, vectors)]
-        if need_vectors:
-            return [ElmoOutput(None, v) for v in mix_docs(self.model, docs, self._mix_weights())]
-        return [ElmoOutput(None, None) for _ in docs]
+        if not docs or not (need_layers or need_vectors):
+            return [ElmoOutput(None, None) for _ in docs]
+        if not need_layers:
+            return [ElmoOutput(None, v) for v in doc_layers(self.model, docs, self.mix_weights)]
+        layers = doc_layers(self.model, docs)
+        weights = np.asarray(self.mix_weights, dtype=np.float32) if need_vectors else None
+        return [ElmoOutput(x, None if weights is None else np.tensordot(weights, x, axes=1)) for x in layers]
 
-    def _mix_weights(self) -> Floats2d:
-        return self.model.ops.asarray1f(fixed_mix_weights(self.mix, bilm_options(self.model).n_output_layers))
-
-    def _mix(self, layers: Floats3d) -> Floats2d:
-        return self.model.ops.xp.tensordot(self._mix_weights(), layers, axes=1)
+    @property
+    def mix_weights(self) -> MixWeights:
+        """The weight of each biLM layer in ``Doc._.elmo``, decided once for the mix and the biLM."""
+        if self._mix_weights is None:
+            n_layers = self.runtime.options.n_output_layers
+            self._mix_weights = tuple(float(w) for w in fixed_mix_weights(self.mix, n_layers))
+        return self._mix_weights
 
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
         """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the handoff to the listeners."""
         listeners = self.listeners
-        for listener in listeners:  # a pickled or deep-copied pipeline's listeners come without links
-            listener_state(listener).link(self.handoff)
+        hooks = self._installs_hooks()
         for doc, (layers, vectors) in zip(docs, outputs):
             if layers is not None and listeners:
                 self.handoff.put(doc, layers, listeners)
             if self.store_layers:
-                doc._.elmo_layers = to_numpy_f32(layers)
+                doc._.elmo_layers = layers
             if vectors is not None:
-                stored = to_numpy_f32(vectors)
                 if self.store_vectors:
-                    doc._.elmo = stored
+                    doc._.elmo = vectors
                 if self.set_tensor:
-                    doc.tensor = stored
-            if self._installs_hooks():
+                    doc.tensor = vectors
+            if hooks:
                 install_vector_hooks(doc)
 
     def _installs_hooks(self) -> bool:
@@ -301,11 +305,12 @@ class Elmo(TrainablePipe):
 
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (``stateful = true``)."""
-        reset_state(self.model)
+        if is_loaded(self.model):
+            self.runtime.reset_states()
 
     def fill_token_cache(self, words: Iterable[str]) -> None:
         """Pre-fill the biLM's token cache from a word list, most frequent first (it also fills as text runs)."""
-        fill_token_cache(self.model, words)
+        self.runtime.fill_cache(words)
 
     # --- training ---
 
@@ -361,23 +366,20 @@ class Elmo(TrainablePipe):
 
     def _uses_layer_cache(self) -> bool:
         """A frozen, stateless biLM is a function of the sentence, so its layers can be kept."""
-        return self.frozen and not self.bilm_settings["stateful"] and self.layer_cache.max_bytes > 0
+        return self.frozen and not bilm_settings(self.model).stateful and self.layer_cache.max_bytes > 0
 
     def _cached_layers(self, docs: List[Doc]) -> List[Floats3d]:
         """Each Doc's layers, assembled from per-sentence layers kept in (or added to) the layer cache."""
-        windows = doc_windows(docs, self.bilm_settings["max_sentence_tokens"])
+        runtime = self.runtime
+        windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
         words = window_words(docs, windows)
         found = [self.layer_cache.get(tuple(w)) for w in words]
         missing = [i for i, layers in enumerate(found) if layers is None]
-        if missing:
-            packed, _ = encode_segments(self.model, [words[i] for i in missing], is_train=False)
-            start = 0
-            for i in missing:
-                found[i] = packed[:, start : start + len(words[i])]
-                start += len(words[i])
-                self.layer_cache.add(tuple(words[i]), found[i])
+        for i, layers in zip(missing, runtime.layers([words[i] for i in missing])):
+            found[i] = layers
+            self.layer_cache.add(tuple(words[i]), layers)
         if not found:
-            options = bilm_options(self.model)
+            options = runtime.options
             return [self.model.ops.alloc3f(options.n_output_layers, 0, options.output_dim) for _ in docs]
         return join_windows(windows, self.model.ops.xp.concatenate(found, axis=1), len(docs))
 
@@ -401,11 +403,11 @@ class Elmo(TrainablePipe):
         """Load the pretrained biLM: ``options_file``/``weight_file`` given here (``[initialize.components]``)
         replace those of the component's config."""
         if options_file is not None or weight_file is not None:
-            self.bilm_settings.update(options_file=options_file, weight_file=weight_file)
-            self._configure_model()
+            self._configure(options_file=options_file, weight_file=weight_file)
         if self.set_tensor and nlp is not None:
             _refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
+        self._mix_weights = None
         self.layer_cache.clear()
         for listener in self.listeners:
             self._set_listener_dims(listener)
@@ -459,14 +461,17 @@ class Elmo(TrainablePipe):
         try:
             self.model.from_bytes(data)
         except (ValueError, TypeError, KeyError) as err:  # includes ElmoWeightsError and ElmoOptionsError
-            self._configure_model()  # undo the settings read before the damage showed
             raise ElmoWeightsError(f"The saved ELMo biLM in {source} is damaged ({err}); save the pipeline again") from None
 
     def _after_load(self) -> None:
-        """Settings from the config win over those saved in the model; old cached layers go."""
-        self._configure_model()
+        """The loaded biLM runs with the config's settings (older versions saved theirs beside the weights: they
+        go); old cached layers go."""
+        for key in LEGACY_SETTING_ATTRS:
+            self.model.attrs.pop(key, None)
+        self._mix_weights = None
         self.layer_cache.clear()
         if is_loaded(self.model):
+            runtime_of(self.model)
             for listener in self.listeners:
                 self._set_listener_dims(listener)
 
@@ -477,20 +482,10 @@ def _in_spacy_worker() -> bool:
 
     Private on both sides (spaCy's ``_apply_pipes``, ``multiprocessing.Process._target``): spaCy 3.8 tells a
     component nothing about the process it runs in, and a worker looks like any child process otherwise. If
-    either changes, this is False in workers: they run torch with the parent's thread count (oversubscribed,
-    slower; the vectors are the same) and install similarity hooks that spaCy cannot send back (W109).
-    tests/robustness/test_processes.py fails then: it checks one torch thread in each worker.
+    either changes, this is False in workers: they install similarity hooks that spaCy cannot send back (W109).
+    tests/robustness/test_processes.py fails then.
     """
     return getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes
-
-
-def _single_thread_in_worker_process() -> None:
-    """In a worker of ``nlp.pipe(n_process=...)`` use one torch thread, so workers do not oversubscribe cores.
-
-    Other child processes (a user's own pool, a DDP rank) keep their thread setting.
-    """
-    if _in_spacy_worker() and torch.get_num_threads() != 1:
-        torch.set_num_threads(1)
 
 
 def _refuse_tensor_clash(nlp: Language, name: str) -> None:

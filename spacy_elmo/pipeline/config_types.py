@@ -15,7 +15,7 @@ from ..model.fixed_mix import check_mix_spec
 from ..model.token_cache import check_cache_size
 from ..sources.resolve import check_downloaded, check_model_source
 from ..util.numbers import is_number
-from ..util.threads import check_threads, check_wait_ms
+from ..runtime.settings import check_threads, check_token_count, check_wait_ms
 
 DOWNLOAD_HINT = (
     "get one with python -m spacy_elmo download NAME, or from files fetched by hand with python -m spacy_elmo "
@@ -48,12 +48,6 @@ class SettingType(type):
 def setting_type(name: str, accepts: str, check: Callable[[Any], Any]) -> type:
     """A setting type called ``name`` that takes the values ``check`` passes, described by ``accepts``."""
     return SettingType(name, (), {"accepts": accepts, "check": staticmethod(check)})
-
-
-def check_token_count(value: Any, name: str = "a number of tokens") -> None:
-    """Refuse a number of tokens (a batch's, a window's) below 1."""
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise ElmoSettingsError(f"{name} must be a positive number of tokens, found {value!r}")
 
 
 def check_cache_mb(value: Any) -> None:

@@ -2,40 +2,40 @@
 import contextlib
 import hashlib
 import json
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 import srsly
-import torch
-from thinc.api import ArgsKwargs, PyTorchShim, get_torch_default_device
+from thinc.api import PyTorchShim, get_torch_default_device
 
 from ..errors import ElmoWeightsError
 from ..model.encoder import ElmoEncoder
 from ..model.batch_encoder import BatchEncoder
 from ..model.options import ElmoOptions
+from ..runtime import BiLmSettings, ElmoRuntime
 from ..formats.weights import bilm_from_bytes, storage_dtype, weights_to_bytes
 
 
 class ElmoShim(PyTorchShim):
-    """Holds the :class:`BatchEncoder` (or nothing before the weights are loaded).
+    """Holds the biLM's :class:`ElmoRuntime` (or nothing before the weights are loaded); thinc sees its module.
 
     Serialized as msgpack ``{"options": options.json text, "weights": hdf5 bytes, "sha256": of both}``; no pickle.
     The weights keep the dtype of the file they came from (:func:`~spacy_elmo.formats.weights.storage_dtype`): the
     embedded float16 models save at half the float32 size, and a fine-tuned biLM saves as float32.
-    Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU. ``in_sync``: whether
-    the module has its model's settings (the architecture gives them when it sets or changes a setting).
+    Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU. A runtime read from
+    bytes runs with default settings until the model gives it its own (on first use).
     """
 
-    def __init__(self, module: Optional[BatchEncoder] = None):
-        super().__init__(module)
-        self.in_sync = False
+    def __init__(self, runtime: Optional[ElmoRuntime] = None):
+        super().__init__(None if runtime is None else runtime.batches)
+        self.runtime = runtime
 
     @property
     def module(self) -> Optional[BatchEncoder]:
         return self._model
 
-    def set_module(self, module: BatchEncoder) -> None:
-        self._model = module.to(get_torch_default_device())
-        self.in_sync = False
+    def set_runtime(self, runtime: ElmoRuntime) -> None:
+        self.runtime = runtime
+        self._model = runtime.batches
 
     @property
     def device(self):
@@ -45,23 +45,11 @@ class ElmoShim(PyTorchShim):
         if self._model is not None:
             super().to_device(device_type, device_id)
 
-    def predict(self, inputs: ArgsKwargs) -> Any:
-        """The module's output for ``inputs``, without autograd, in evaluation mode.
-
-        thinc's ``predict`` sets evaluation mode and then training mode again on every call, walking every submodule
-        twice (5% of an ``nlp(text)`` call on a short text); here the mode is set only when it is not already, and
-        stays: ``begin_update`` sets training mode itself.
-        """
-        if self._model.training:
-            self._model.eval()
-        with torch.no_grad():
-            return self._model(*inputs.args, **inputs.kwargs)
-
     def finish_update(self, optimizer) -> None:
         """Apply the optimizer to the biLM (when fine-tuning) and drop state derived from old weights."""
-        if self._model is not None:
+        if self.runtime is not None:
             super().finish_update(optimizer)
-            self._model.encoder.weights_changed()
+            self.runtime.weights_changed()
 
     @contextlib.contextmanager
     def use_params(self, params) -> Iterator[None]:
@@ -75,9 +63,9 @@ class ElmoShim(PyTorchShim):
             yield
             return
         with super().use_params(params):
-            self._model.encoder.weights_changed()
+            self.runtime.weights_changed()
             yield
-        self._model.encoder.weights_changed()
+        self.runtime.weights_changed()
 
     def to_bytes(self) -> bytes:
         if self._model is None:
@@ -95,7 +83,8 @@ class ElmoShim(PyTorchShim):
             if not (isinstance(text, str) and isinstance(weights, bytes) and record.get("sha256") == _sha256(text, weights)):
                 raise ElmoWeightsError("its options and hdf5 weights fail their SHA-256 check")
             options = ElmoOptions.from_dict(json.loads(text), source="serialized ELMo options")
-            self.set_module(BatchEncoder(ElmoEncoder(bilm_from_bytes(options, weights))))
+            encoder = ElmoEncoder(bilm_from_bytes(options, weights)).to(get_torch_default_device())
+            self.set_runtime(ElmoRuntime(encoder, BiLmSettings()))
         return self
 
 

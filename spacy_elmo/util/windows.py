@@ -4,7 +4,9 @@ The one place where windows are made and undone: the ``elmo`` component (a Doc's
 the ``embed`` command (long sentences) call these, so that all three cut and stitch alike. No context crosses a
 window boundary: each window is one biLM input.
 """
-from typing import List, NamedTuple, Sequence, Tuple, TypeVar
+from typing import Callable, List, NamedTuple, Sequence, Tuple, TypeVar
+
+import numpy as np
 
 # Longest biLM input by default: longer sentences run as consecutive windows of this many tokens.
 DEFAULT_MAX_SENTENCE_TOKENS = 256
@@ -52,3 +54,14 @@ def join_windows(windows: Sequence[Window], packed: Layers, n_seqs: int) -> List
         views.append(packed[..., start : start + length, :])
         start += length
     return views
+
+
+def stitch_windows(
+    windows: Sequence[Window], pieces: Sequence[np.ndarray], n_seqs: int, empty: Callable[[], np.ndarray]
+) -> List[np.ndarray]:
+    """Per sequence, its windows' ``pieces`` (numpy, one per window) side by side on axis -2, in an array of its own
+    (``empty()`` for a sequence without windows): one copy, so that nothing keeps the buffers the pieces view."""
+    grouped: List[List[np.ndarray]] = [[] for _ in range(n_seqs)]
+    for window, piece in zip(windows, pieces):
+        grouped[window.seq].append(piece)
+    return [np.concatenate(group, axis=-2) if group else empty() for group in grouped]

@@ -11,7 +11,7 @@ from spacy.util import load_model_from_config, registry
 from thinc.api import Config
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.pipeline.architectures import BILM_SETTINGS, DEFAULT_CACHE_SIZE
+from spacy_elmo.pipeline.architectures import BILM_SETTINGS, DEFAULT_CACHE_SIZE, bilm_settings
 
 from tests.pipeline.conftest import OPTIONS, TAGGER, WEIGHTS, examples
 
@@ -33,7 +33,7 @@ def test_a_new_pipeline_names_the_v2_architecture_with_its_settings():
     block = nlp.config["components"]["elmo"]["model"]
     assert block["@architectures"] == "spacy_elmo.ElmoBiLm.v2"
     assert {key: block[key] for key in SETTINGS} == SETTINGS
-    assert {key: nlp.get_pipe("elmo").model.attrs[key] for key in SETTINGS} == SETTINGS
+    assert {key: getattr(nlp.get_pipe("elmo").settings, key) for key in SETTINGS} == SETTINGS
 
 
 def test_windows_of_max_sentence_tokens_are_embedded_as_separate_pieces():
@@ -84,7 +84,7 @@ def test_a_config_override_wins_over_the_settings_saved_with_the_model(tmp_path)
     nlp.add_pipe("elmo", config={"model": v2_block(**SETTINGS)})
     nlp.to_disk(tmp_path / "saved")
     loaded = spacy.load(tmp_path / "saved", config={"components": {"elmo": {"model": {"max_sentence_tokens": 2}}}})
-    assert loaded.get_pipe("elmo").model.attrs["max_sentence_tokens"] == 2
+    assert loaded.get_pipe("elmo").settings.max_sentence_tokens == 2
 
 
 def test_replace_listeners_writes_the_settings_as_they_stand_and_the_config_rebuilds():
@@ -100,7 +100,8 @@ def test_replace_listeners_writes_the_settings_as_they_stand_and_the_config_rebu
                                      cache_size=DEFAULT_CACHE_SIZE)
     rebuilt = load_model_from_config(nlp.config, auto_fill=True)
     (bilm,) = [node for node in rebuilt.get_pipe("tagger").model.walk() if node.name == "elmo_bilm"]
-    assert {key: bilm.attrs[key] for key in SETTINGS} == SETTINGS and bilm.attrs["max_batch_tokens"] == 512
+    settings = bilm_settings(bilm)
+    assert {key: getattr(settings, key) for key in SETTINGS} == SETTINGS and settings.max_batch_tokens == 512
 
 
 def test_set_tensor_is_refused_where_a_tok2vec_feeds_listeners_through_doc_tensor():

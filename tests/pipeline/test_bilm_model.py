@@ -5,7 +5,7 @@ import torch
 from spacy.tokens import Doc
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.pipeline.architectures import encode_docs, frozen_backprop
+from spacy_elmo.pipeline.architectures import frozen_backprop
 from spacy_elmo.pipeline.doc_windows import doc_windows
 from spacy_elmo.util.windows import Window
 
@@ -39,12 +39,12 @@ def test_stateful_mode_carries_state_like_the_embedder():
 def test_gradients_reach_the_biLM_only_when_not_frozen():
     for frozen in (True, False):
         nlp = make_nlp(frozen=frozen)
-        model = nlp.get_pipe("elmo").model
+        elmo = nlp.get_pipe("elmo")
         docs = [nlp.make_doc("Gradients flow"), nlp.make_doc("or not")]
-        layers, backprop = encode_docs(model, docs, is_train=True)
+        layers, backprop = elmo.model.begin_update(docs)
         assert (backprop is frozen_backprop) == frozen
         backprop([np.ones_like(x) for x in layers])
-        grads = [p.grad for p in model.shims[0].module.parameters()]
+        grads = [p.grad for p in elmo.runtime.encoder.parameters()]
         if frozen:
             assert all(g is None for g in grads)
         else:

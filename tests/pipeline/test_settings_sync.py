@@ -1,4 +1,4 @@
-"""One writer of the biLM module's settings, and ``use_params`` that leaves a frozen biLM's derived state alone."""
+"""Settings changed on a loaded biLM reach it at once, and ``use_params`` that leaves a frozen biLM's derived state alone."""
 from thinc.api import Adam
 
 from spacy_elmo.pipeline.architectures import configure_bilm_model
@@ -14,7 +14,7 @@ def test_evaluation_under_the_optimizers_averages_keeps_a_frozen_int8_biLMs_cach
     optimizer = Adam(0.01)  # keeps averages, as spaCy's default optimizer does
     nlp.update(train, sgd=optimizer)
     assert optimizer.averages  # the tagger's averages: what use_params swaps in
-    bilm = nlp.get_pipe("elmo").model.shims[0].module.encoder
+    bilm = nlp.get_pipe("elmo").runtime.encoder
     nlp.evaluate(train)
     cached = len(bilm.cache)
     conversions = []
@@ -26,22 +26,8 @@ def test_evaluation_under_the_optimizers_averages_keeps_a_frozen_int8_biLMs_cach
 
 
 def test_a_setting_changed_on_a_loaded_biLM_reaches_its_module_at_once(nlp):
-    model = nlp.get_pipe("elmo").model
+    elmo = nlp.get_pipe("elmo")
     nlp("Load it .")
-    configure_bilm_model(model, cache_size=7, frozen=False)
-    module = model.shims[0].module
-    assert module.encoder.cache.capacity == 7 and all(p.requires_grad for p in module.parameters())
-
-
-def test_predicting_sets_evaluation_mode_once_instead_of_switching_modes_on_every_call(nlp, monkeypatch):
-    """After a training step left the biLM in training mode, the first prediction sets evaluation mode (every
-    submodule once); later predictions switch nothing."""
-    nlp("Warm it up .")
-    module = nlp.get_pipe("elmo").model.shims[0].module
-    module.train()
-    switches = []
-    train = module.train
-    monkeypatch.setattr(module, "train", lambda mode=True: switches.append(mode) or train(mode))
-    for text in ("One more .", "And another one .", "The last ."):
-        nlp(text)
-    assert switches == [False] and not module.training
+    configure_bilm_model(elmo.model, cache_size=7, frozen=False)
+    encoder = elmo.runtime.encoder
+    assert encoder.cache.capacity == 7 and all(p.requires_grad for p in encoder.parameters())

@@ -1,0 +1,183 @@
+"""One loaded biLM with its settings, behind every entry point.
+
+``ElmoEmbedder``, the ``elmo`` component (through its thinc model) and the ``embed`` command each hold an
+:class:`ElmoRuntime`: the biLM, its :class:`BiLmSettings`, the token cache, the state carried between calls, the
+request batcher and the thread setting. It is built once per model and changed only by :meth:`ElmoRuntime.configure`
+(a new settings value: only what differs is applied) or by loading other weights; nothing that depends only on the
+settings is decided per call.
+"""
+import os
+import sys
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..formats.weights import load_files
+from ..model.batch_encoder import BatchEncoder
+from ..model.encoder import ElmoEncoder
+from ..model.options import ElmoOptions
+from ..sources.resolve import model_files
+from ..util.batcher import RequestBatcher
+from .settings import BiLmSettings
+
+# What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
+MixWeights = Tuple[float, ...]
+
+
+class Segment(NamedTuple):
+    """One biLM input of a call (a sentence, or a window of a Doc) and the mix wanted for it (None: all layers)."""
+
+    words: Sequence[str]
+    mix: Optional[MixWeights]
+
+
+class ElmoRuntime:
+    """A loaded biLM run with one :class:`BiLmSettings`.
+
+    :meth:`layers` and :meth:`mixed` give host (numpy) float32 arrays per segment, views of the one output of the
+    biLM run that computed them (one host transfer per run): a caller that keeps them copies what it keeps.
+    Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
+    vectors; a stateful biLM runs one call at a time, in order, each call one biLM batch (row ``r`` of a call
+    continues row ``r`` of the call before, as in AllenNLP).
+
+    Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
+    one thread while no call runs. The thread setting is process-wide (torch has no other): it is applied
+    once in each process that runs the biLM, and again only when it changes.
+    """
+
+    def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
+        self.encoder = encoder.eval()
+        self.batches = BatchEncoder(encoder)
+        self.batcher = RequestBatcher(self._run, settings.batch_wait_ms, max_batch_cost=settings.max_batch_tokens)
+        self.settings = settings
+        self._mixes: Dict[MixWeights, torch.Tensor] = {}
+        self._threads_applied: Optional[Tuple[int, Optional[int]]] = None  # (process, threads) applied there
+        self._apply(settings, None)
+
+    @classmethod
+    def load(cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None) -> "ElmoRuntime":
+        """Read the biLM that ``settings`` names (its files, a downloaded model's name, or the embedded model)."""
+        bilm = load_files(*model_files(settings.options_file, settings.weight_file, settings.lang))
+        return cls(ElmoEncoder(bilm).to(device or "cpu"), settings)
+
+    @property
+    def options(self) -> ElmoOptions:
+        return self.encoder.options
+
+    @property
+    def device(self) -> torch.device:
+        return self.encoder.device
+
+    # --- settings ---
+
+    def configure(self, settings: BiLmSettings) -> None:
+        """Run with ``settings`` from now on, applying only what differs from the settings in force.
+
+        The files ``settings`` names are not read again: other weights are another runtime (:meth:`load`).
+        """
+        self._apply(settings, self.settings)
+        self.settings = settings
+
+    def _apply(self, new: BiLmSettings, old: Optional[BiLmSettings]) -> None:
+        """Give the biLM, cache, batcher and threads the settings of ``new`` that differ from ``old`` (None: all)."""
+        encoder = self.encoder
+        if old is None or new.initial_state != old.initial_state:
+            encoder.initial_state = new.initial_state
+            encoder.weights_changed()
+        if old is None or new.stateful != old.stateful:
+            self.batches.stateful = new.stateful
+            self.batches.carried.reset()
+        if old is None or new.cache_size != old.cache_size:
+            encoder.set_cache_size(new.cache_size)
+        if old is None or new.precision != old.precision:
+            encoder.set_precision(new.precision)
+        if old is None or new.frozen != old.frozen:
+            for param in encoder.parameters():
+                param.requires_grad_(not new.frozen)
+        self.batcher.wait_ms = new.batch_wait_ms
+        self.batcher.max_batch_cost = new.max_batch_tokens
+        if old is not None and new.threads != old.threads:
+            self._threads_applied = None
+
+    def weights_changed(self) -> None:
+        """Forget what was derived from the weights (token cache, warm state, converted weights): call after they
+        changed (training, loading, averaged parameters)."""
+        self.encoder.weights_changed()
+
+    # --- inference ---
+
+    def layers(self, segments: Sequence[Sequence[str]]) -> List[np.ndarray]:
+        """Each segment's layers, ``(n_layers + 1, len(segment), dim)`` float32 on the host."""
+        return self._submit(segments, None)
+
+    def mixed(self, segments: Sequence[Sequence[str]], weights: MixWeights) -> List[np.ndarray]:
+        """Each segment's ``sum_j weights[j] * layer_j``, ``(len(segment), dim)`` float32 on the host."""
+        return self._submit(segments, tuple(weights))
+
+    def _submit(self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights]) -> List[np.ndarray]:
+        items = [Segment(words, mix) for words in segments]
+        if not items:
+            return []
+        stateful = self.settings.stateful
+        if stateful or self.settings.batch_requests:
+            return self.batcher(items, merge=not stateful, cost=_segment_cost)
+        return self._run(items)
+
+    def _run(self, items: List[Segment]) -> List[np.ndarray]:
+        """The results of ``items`` (one biLM run per distinct mix; a stateful call is one biLM batch)."""
+        self._use_threads()
+        results: List[Optional[np.ndarray]] = [None] * len(items)
+        groups: Dict[Optional[MixWeights], List[int]] = {}
+        for i, item in enumerate(items):
+            groups.setdefault(item.mix, []).append(i)
+        cap = sys.maxsize if self.settings.stateful else self.settings.max_batch_tokens
+        for mix, members in groups.items():
+            words = [items[i].words for i in members]
+            with torch.inference_mode():
+                out = self.batches(words, cap, None if mix is None else self._mix_tensor(mix))
+                host = out.float().cpu().numpy()  # the one host transfer of this run
+            for i, piece in zip(members, _split(host, [len(w) for w in words])):
+                results[i] = piece
+        return results  # type: ignore[return-value]
+
+    def _mix_tensor(self, weights: MixWeights) -> torch.Tensor:
+        """The mix weights on the biLM's device, made once per mix."""
+        tensor = self._mixes.get(weights)
+        if tensor is None:
+            tensor = self._mixes[weights] = torch.tensor(weights, dtype=torch.float32, device=self.device)
+        return tensor
+
+    def _use_threads(self) -> None:
+        """Apply the thread setting once in this process (a forked worker applies it again in its own)."""
+        wanted = (os.getpid(), self.settings.threads)
+        if self._threads_applied != wanted:
+            if wanted[1] is not None and torch.get_num_threads() != wanted[1]:
+                torch.set_num_threads(wanted[1])
+            self._threads_applied = wanted
+
+    # --- state and cache ---
+
+    def reset_states(self) -> None:
+        """Forget the LSTM state carried between calls (stateful mode): the next call starts afresh."""
+        self.batches.carried.reset()
+
+    def fill_cache(self, words: Iterable[str]) -> None:
+        """Pre-fill the token cache (``cache_size`` > 0) from ``words``, most frequent first, until it is full."""
+        self.encoder.fill_cache(words)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_threads_applied"] = None  # a copy in another process applies the setting there
+        return state
+
+
+def _segment_cost(segment: Segment) -> int:
+    """What a segment costs a biLM batch: its tokens and the two sentence boundaries."""
+    return len(segment.words) + 2
+
+
+def _split(host: np.ndarray, lengths: List[int]) -> List[np.ndarray]:
+    """Views of ``host``'s token axis (the second to last), one per length, in order."""
+    ends = np.cumsum(lengths)
+    return [host[..., end - length : end, :] for end, length in zip(ends, lengths)]
