@@ -218,7 +218,7 @@ def embed(
     """Embed every line of a corpus into an HDF5 file (dataset "<k>" and "tokens/<k>" for line k). Rerun to resume."""
     from .embed import EmbedSettings, Shard, embed_file, shard_output
     from ..sources.download import resolve_model
-    from ..embedder import DEFAULT_INITIAL_STATE
+    from ..model.encoder import DEFAULT_INITIAL_STATE
 
     try:
         with user_errors():

@@ -16,6 +16,7 @@ file equals that of an uninterrupted run. A shard ``i/n`` holds the lines ``k`` 
 import dataclasses
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,18 +28,27 @@ import torch
 from spacy.util import minibatch
 from tqdm import tqdm
 
-from ..sources.resolve import DEFAULT_LANG, check_model_files, model_files
+from ..sources.resolve import DEFAULT_LANG, model_files
 from ..embedder import ElmoEmbedder
 from ..errors import ElmoSettingsError, EmbedError
 from ..util.files import PathLike
 from ..model.fixed_mix import fixed_mix_weights
-from ..model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
-from ..model.precision import DEFAULT_PRECISION, check_precision, check_precision_name
+from ..model.encoder import DEFAULT_INITIAL_STATE
+from ..model.precision import DEFAULT_PRECISION, check_precision
+from ..runtime import BiLmSettings
 from ..util.text import Tokenizer, make_tokenizer, open_text
 from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS, cut_windows, join_windows, window_tokens
 
 LAYER_MODES = ("all", "top", "average", "mix")
 FORMAT = "spacy-elmo-embeddings/1"
+# The biLM settings as this command's options name them, for its messages.
+OPTION_NAMES = {
+    "options_file": "--options",
+    "weight_file": "--weights",
+    "initial_state": "--initial-state",
+    "max_sentence_tokens": "--max-tokens",
+    "precision": "--precision",
+}
 SHARD_PLACEHOLDER = "{shard}"
 
 
@@ -125,14 +135,21 @@ class EmbedSettings:
             raise EmbedError(f"--layers must be one of {', '.join(LAYER_MODES)}, found {self.layers!r}")
         if (self.layers == "mix") != (self.mix_weights is not None):
             raise EmbedError("--layers mix needs --mix-weights (one weight per layer, e.g. 0.2,0.5,0.3), and only mix uses them")
-        if self.max_tokens < 1:
-            raise EmbedError(f"--max-tokens must be at least 1, found {self.max_tokens}")
         try:
-            check_precision_name(self.precision, "--precision")
-            check_initial_state(self.initial_state, "--initial-state")
-            check_model_files(self.options_file, self.weight_file, ("--options", "--weights"))
-        except ElmoSettingsError as err:
-            raise EmbedError(str(err)) from None
+            self.bilm_settings()
+        except ElmoSettingsError as err:  # the message names the setting: say the option instead
+            raise EmbedError(re.sub("|".join(OPTION_NAMES), lambda m: OPTION_NAMES[m.group(0)], str(err))) from None
+
+    def bilm_settings(self) -> BiLmSettings:
+        """The biLM's settings (checked when made)."""
+        return BiLmSettings(
+            options_file=self.options_file,
+            weight_file=self.weight_file,
+            lang=self.lang,
+            initial_state=self.initial_state,
+            max_sentence_tokens=self.max_tokens,
+            precision=self.precision,
+        )
 
     def model_files(self) -> Tuple[Path, Path]:
         """The biLM's options and weights files (the embedded model's when none were given)."""
@@ -178,9 +195,7 @@ class EmbedSettings:
             check_precision(self.precision, torch.device(device))
         except ElmoSettingsError as err:  # a precision this device cannot run
             raise EmbedError(f"--precision: {err}") from None
-        embedder = ElmoEmbedder(
-            *self.model_files(), initial_state=self.initial_state, device=device, precision=self.precision
-        )
+        embedder = ElmoEmbedder.from_settings(self.bilm_settings(), device)
         if self.layers != "all":
             self.mix_weights_for(embedder.options.n_output_layers)
         return embedder

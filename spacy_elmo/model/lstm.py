@@ -153,22 +153,27 @@ class LayerOutput:
 
 class MixOutput:
     """``sum_k weights[k] * layer_k`` ``(n_tokens, directions * dim)``, accumulated as each layer is written, so the
-    layers themselves are never stored. Same interface as :class:`LayerOutput`; layer 0 must be written first
-    for each token (it sets the row, the later layers add to it)."""
+    layers themselves are never stored. Same interface as :class:`LayerOutput`. A layer of weight 0 is not read; the
+    first layer of non-zero weight sets each token's row and the later ones add to it (the biLM writes its layers in
+    order), so ``"top"`` is one copy of the top layer."""
 
     def __init__(self, like: torch.Tensor, weights: torch.Tensor, n_tokens: int, dim: int, directions: int = 2):
         self._base = LayerOutput(like, 1, n_tokens, dim, directions, zeros=False)
         self.weights = weights.tolist()
+        self._first = next((k for k, w in enumerate(self.weights) if w != 0), 0)
 
     def index(self, tokens: np.ndarray) -> torch.Tensor:
         return self._base.index(tokens)[0]
 
     def write(self, layer: int, index: torch.Tensor, packed: torch.Tensor) -> None:
+        weight = self.weights[layer]
+        if layer < self._first or (weight == 0 and layer > self._first):
+            return
         rows = packed.reshape(-1, packed.shape[-1])
-        if layer == 0:
-            self._base._rows.index_copy_(0, index, rows * self.weights[0])
+        if layer == self._first:
+            self._base._rows.index_copy_(0, index, rows if weight == 1 else rows * weight)
         else:
-            self._base._rows.index_add_(0, index, rows, alpha=self.weights[layer])
+            self._base._rows.index_add_(0, index, rows, alpha=weight)
 
     def layers(self) -> torch.Tensor:
         """The mix ``(n_tokens, directions * dim)`` (a view of the storage)."""

@@ -49,7 +49,7 @@ def mix_node(nlp: Language) -> Model:
 
 
 def bilm_state(nlp: Language) -> Dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in nlp.get_pipe("elmo").model.shims[0].module.state_dict().items()}
+    return {k: v.detach().clone() for k, v in nlp.get_pipe("elmo").runtime.encoder.state_dict().items()}
 
 
 def train(nlp: Language, examples: List[Example], steps: int, **update_kwargs) -> List[float]:

@@ -13,9 +13,10 @@ import srsly
 import torch
 from spacy.tokens import Doc, DocBin
 
-from spacy_elmo.pipeline.architectures import build_bilm_model_v2
+from spacy_elmo.pipeline.architectures import build_bilm_model_v2, is_loaded
 from spacy_elmo.formats.weights import weights_to_bytes
 
+from tests.conftest import ROUNDING
 from tests.pipeline.conftest import make_nlp
 
 TEXTS = ["The cat sat on the mat .", "Short .", "Another , rather longer sentence with more words in it"]
@@ -100,7 +101,7 @@ def test_float16_weights_are_saved_as_float16_at_half_the_size(embedded_nlp, tmp
     embedded_nlp.to_disk(tmp_path / "nlp")
     payload = saved_payload((tmp_path / "nlp" / "elmo" / "model").read_bytes())
     assert saved_dtypes(payload) == {"float16"}
-    as_float32 = weights_to_bytes(embedded_nlp.get_pipe("elmo").model.shims[0].module.encoder.bilm, "float32")
+    as_float32 = weights_to_bytes(embedded_nlp.get_pipe("elmo").runtime.encoder.bilm, "float32")
     assert 0.45 < len(payload["weights"]) / len(as_float32) < 0.55
     loaded = spacy.load(tmp_path / "nlp")
     for text in TEXTS:
@@ -111,7 +112,7 @@ def test_changed_float16_weights_are_saved_as_float32_exactly():
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     nlp.initialize()
-    bilm = nlp.get_pipe("elmo").model.shims[0].module.encoder.bilm
+    bilm = nlp.get_pipe("elmo").runtime.encoder.bilm
     with torch.no_grad():  # as fine-tuning would: a weight that is no longer a float16 value
         bilm.b_proj[0] += 1e-4
     payload = saved_payload(nlp.get_pipe("elmo").model.to_bytes())
@@ -150,7 +151,7 @@ def test_component_from_bytes_decodes_its_bytes_once(monkeypatch):
 def test_an_unloaded_biLM_model_round_trips_as_empty():
     model = build_bilm_model_v2()
     copy = build_bilm_model_v2().from_bytes(model.to_bytes())
-    assert copy.shims[0].module is None
+    assert not is_loaded(copy)
 
 
 def test_pickled_pipeline_gives_the_same_vectors():
@@ -159,13 +160,14 @@ def test_pickled_pipeline_gives_the_same_vectors():
     assert_same_vectors(pickle.loads(pickle.dumps(nlp)), expected)
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_same_vectors_as_one():
     nlp = make_nlp()
     expected = [doc._.elmo for doc in nlp.pipe(TEXTS * 2, batch_size=2)]
-    # The workers get the token cache that filled, and the same batches: the very same computation, bit for bit.
+    # How spaCy splits the texts between workers decides their batches: equal up to rounding.
     found = [doc._.elmo for doc in nlp.pipe(TEXTS * 2, n_process=2, batch_size=2)]
     for a, b in zip(found, expected):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, b, **ROUNDING)
 
 
 def test_doc_to_bytes_and_docbin_keep_the_attributes():

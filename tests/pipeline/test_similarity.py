@@ -52,6 +52,7 @@ def test_the_default_component_gives_similarity_from_its_vectors():
     assert_cosines_of_stored_vectors(nlp.pipe([RIVER, MONEY]))
 
 
+@pytest.mark.slow
 def test_docs_from_two_worker_processes_get_similarity_back_and_workers_do_not_warn(capfd):
     nlp = make_nlp()
     with warnings.catch_warnings():

@@ -13,7 +13,7 @@ TEXTS = ["The cat sat on the mat .", "Dogs bark at the cat at night .", "The the
 
 
 def encoder_of(nlp):
-    return nlp.get_pipe("elmo").model.shims[0].module.encoder
+    return nlp.get_pipe("elmo").runtime.encoder
 
 
 def vectors(nlp, texts=TEXTS):

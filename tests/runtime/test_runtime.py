@@ -1,0 +1,120 @@
+"""The runtime: settings decided once, applied when they change, outputs each caller's own, state left whole."""
+from collections import Counter
+
+import numpy as np
+import pytest
+import spacy
+import torch
+
+import spacy_elmo.model.bilm
+import spacy_elmo.model.lstm
+import spacy_elmo.pipeline.component
+from spacy_elmo import ElmoEmbedder, ElmoSettingsError
+from spacy_elmo.formats.weights import load_files
+from spacy_elmo.model.encoder import ElmoEncoder
+from spacy_elmo.runtime import BiLmSettings, ElmoRuntime
+
+from tests.conftest import ALLENNLP, ROUNDING
+
+OPTIONS, WEIGHTS = ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"
+SENTENCES = [["The", "cat", "sat", "."], ["A", "much", "longer", "sentence", "follows", "here", "."], ["One"]]
+
+
+def _counting(counts: Counter, name: str, function):
+    def counted(*args, **kwargs):
+        counts[name] += 1
+        return function(*args, **kwargs)
+
+    return counted
+
+
+def test_a_hundred_calls_with_unchanged_settings_decide_nothing_again(monkeypatch):
+    """Threads, the mix's weights and the int8 weights are decided when they change, not per call."""
+    nlp = spacy.blank("en")
+    model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "precision": "int8"}
+    nlp.add_pipe("elmo", config={"model": model, "mix": "average", "threads": 1})
+    nlp("Warm it up .")
+    counts: Counter = Counter()
+    monkeypatch.setattr(torch, "set_num_threads", _counting(counts, "set_num_threads", torch.set_num_threads))
+    for module, name in [
+        (spacy_elmo.pipeline.component, "fixed_mix_weights"),
+        (spacy_elmo.model.bilm, "low_precision_linear"),
+        (spacy_elmo.model.lstm, "low_precision_linear"),
+        (spacy_elmo.model.lstm, "StackedProducts"),
+    ]:
+        monkeypatch.setattr(module, name, _counting(counts, name, getattr(module, name)))
+    for i in range(100):
+        nlp(f"Call number {i} reads a sentence .")
+    assert counts == Counter()
+
+
+def test_a_changed_setting_is_applied_and_the_others_are_left_as_they_are():
+    runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS), cache_size=100))
+    runtime.layers(SENTENCES)
+    cached = len(runtime.encoder.cache)
+    runtime.configure(runtime.settings.replace(max_batch_tokens=64))
+    assert len(runtime.encoder.cache) == cached > 0 and runtime.batcher.max_batch_cost == 64
+    runtime.configure(runtime.settings.replace(cache_size=7))
+    assert runtime.encoder.cache.capacity == 7 and len(runtime.encoder.cache) == 0
+
+
+def test_settings_are_checked_once_when_made():
+    with pytest.raises(ElmoSettingsError, match="max_batch_tokens"):
+        BiLmSettings(max_batch_tokens=0)
+    with pytest.raises(ElmoSettingsError, match="frozen"):
+        BiLmSettings(precision="int8", frozen=False)
+    with pytest.raises(ElmoSettingsError, match="Unknown ELMo biLM settings"):
+        BiLmSettings().replace(batch_size=3)
+
+
+def test_the_mix_accumulated_per_layer_equals_the_mix_of_the_layers():
+    runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS)))
+    weights = (0.2, 0.5, 0.3)
+    for layers, mixed in zip(runtime.layers(SENTENCES), runtime.mixed(SENTENCES, weights)):
+        np.testing.assert_allclose(mixed, np.tensordot(np.float32(weights), layers, axes=1), **ROUNDING)
+
+
+def test_the_top_mix_is_the_top_layer_itself():
+    """Only the top layer is read for ``"top"``: the same computation as the layers' top, bit for bit."""
+    runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS)))
+    for layers, mixed in zip(runtime.layers(SENTENCES), runtime.mixed(SENTENCES, (0.0, 0.0, 1.0))):
+        np.testing.assert_array_equal(mixed, layers[-1])
+
+
+def test_layers_in_one_output_equal_each_sentence_alone():
+    runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS), max_batch_tokens=20))
+    together = runtime.layers(SENTENCES)
+    for sentence, layers in zip(SENTENCES, together):
+        np.testing.assert_allclose(layers, runtime.layers([sentence])[0], **ROUNDING)
+
+
+def test_each_doc_and_sentence_holds_its_own_rows():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"store_layers": True})
+    docs = list(nlp.pipe(["The first text .", "A second , longer text ."]))
+    arrays = [x for doc in docs for x in (doc._.elmo, doc._.elmo_layers)]
+    assert not any(np.shares_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1 :] if a is not b)
+    first, second = ElmoEmbedder().embed_batch(SENTENCES[:2])
+    assert not np.shares_memory(first, second)
+
+
+def test_an_interrupted_stateful_call_leaves_the_carried_state_as_it_was(monkeypatch):
+    """Ctrl-C once a call's state is computed: the next call continues from the state before it, as if the
+    interrupted call had never been made (not retried, not half applied)."""
+    settings = BiLmSettings(str(OPTIONS), str(WEIGHTS), stateful=True, batch_requests=False)
+    runtime = ElmoRuntime(ElmoEncoder(load_files(OPTIONS, WEIGHTS)), settings)
+    reference = ElmoRuntime(ElmoEncoder(load_files(OPTIONS, WEIGHTS)), settings)
+    for r in (runtime, reference):
+        r.layers(SENTENCES[:2])
+    encode = runtime.encoder.encode
+
+    def interrupted(*args, **kwargs):
+        encode(*args, **kwargs)  # the call's state is computed, then Ctrl-C arrives before it returns
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runtime.encoder, "encode", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runtime.layers(SENTENCES[1:])
+    monkeypatch.setattr(runtime.encoder, "encode", encode)
+    for a, b in zip(runtime.layers(SENTENCES), reference.layers(SENTENCES)):
+        np.testing.assert_array_equal(a, b)
