@@ -13,7 +13,7 @@
 
 Models: ``--preset``/``--model`` ``small``, ``medium``, ``original`` are seeded random weights of the published
 architectures (speed does not depend on the weights; nothing to download), ``embedded`` the package's English
-model, or a folder with ``options.json`` + ``weights.hdf5``. Text: UD English-EWT (../shared/data), but ``threads``,
+model, or a folder with ``options.json`` + ``weights.hdf5`` (or ``lm_weights.hdf5``). Text: UD English-EWT (../shared/data), but ``threads``,
 which reads the UD sample in assets/. Every report starts with the command and the machine (CPU model and flags,
 torch, load average). ``--pause-pretraining`` stops a ``spacy_elmo pretrain`` run on the same machine while timing.
 """
@@ -51,7 +51,8 @@ def model_files(model: str, directory: Path) -> ModelFiles:
     folder = Path(model)
     if not (folder / "options.json").is_file():
         sys.exit(f"--model {model}: not a preset ({', '.join(PRESETS)}), 'embedded' or a folder with options.json")
-    return str(folder / "options.json"), str(folder / "weights.hdf5")
+    weights = folder / "weights.hdf5" if (folder / "weights.hdf5").is_file() else folder / "lm_weights.hdf5"
+    return str(folder / "options.json"), str(weights)
 
 
 def elmo_nlp(files: ModelFiles, precision: str = "fp32", **settings):
