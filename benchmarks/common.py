@@ -7,7 +7,6 @@ any checkout of it, old or new, the same way.
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -115,18 +114,6 @@ def best_time(run: Callable[[], T], passes: int = 3, warm_up: bool = True) -> Tu
         wall = min(wall, time.perf_counter() - start_wall)
         cpu = min(cpu, time.process_time() - start_cpu)
     return wall, cpu, result  # type: ignore[return-value]
-
-
-def median_time(run: Callable[[], object], passes: int = 5, warm_up: bool = True) -> float:
-    """Median wall-clock seconds of ``passes`` runs (after one untimed run)."""
-    if warm_up:
-        run()
-    times = []
-    for _ in range(passes):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def interleaved(runs: Dict[str, Callable[[], object]], rounds: int) -> Tuple[Dict[str, List[float]], Dict[str, List[float]]]:
