@@ -69,7 +69,7 @@ def listed_bytes(root: Path, *options: str) -> int:
 
 def travel_bytes(root: Path, extra: Path) -> int:
     """Bytes a device call sends from a clean clone at ``root``: the files git tracks, plus the folder ``extra``.
-    Untracked and ignored files are left out, so the figure does not grow with what a session left in the tree."""
+    Untracked and ignored files are left out, so the figure does not grow with what earlier runs left in the tree."""
     return listed_bytes(root) + sum(p.stat().st_size for p in extra.rglob("*") if p.is_file())
 
 

@@ -1,4 +1,4 @@
-"""The scoring of the probes in benchmarks/ (scripts, not a package: imported from their folder)."""
+"""The scoring of the probes of benchmarks/quality.py (a script, not a package: imported from its folder)."""
 import sys
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import spacy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from layer_mixes import norm_balancing_weights
-from probe_wsd import DEFAULT_DATA, Occurrence, pair_auc, read_occurrences, score, sense_hits, sentence_means, target_rows
+from quality import (DEFAULT_DATA, Occurrence, norm_balancing_weights, pair_auc, read_occurrences, score, sense_hits,
+                     sentence_means, target_rows)
 
 # Two words, occurrences interleaved. Worked by hand (cosines to 3 places):
 # x: x1 -> x2 (0.981, same sense), x2 -> x1 (0.981), x3 -> x4 (0.600), x4 -> x2 (0.902, other sense).

@@ -104,7 +104,7 @@ def test_non_finite_values(tmp_path, allennlp_files):
 
 def test_finite_values_far_beyond_any_real_weight_are_refused(tmp_path, allennlp_files):
     def edit(f):
-        f["CNN_high_0/W_carry"][5, 7] = 6.5e37  # what random bytes over a dataset decode to, as in issue 21
+        f["CNN_high_0/W_carry"][5, 7] = 6.5e37  # what random bytes over a dataset decode to (a damaged file)
 
     path = _edited_copy(tmp_path, allennlp_files[1], edit)
     with pytest.raises(ElmoWeightsError, match=r"edited.hdf5: dataset 'CNN_high_0/W_carry' holds values up to 6\.5e\+37"):
@@ -138,7 +138,7 @@ def test_read_weights_returns_float32(allennlp_files):
     assert all(a.dtype == np.float32 for a in arrays.values()) and len(arrays) == 1 + 10 + 8 + 2 + 12
 
 
-# Options that do not fit the fixture's weights (issue 25): before the sizes were bounded and compared with the
+# Options that do not fit the fixture's weights: before the sizes were bounded and compared with the
 # file's metadata first, the first three ran for minutes into a MemoryError. Each: the edit, the error class and
 # what the message must say (the fixture's options.json states what its weights hold).
 MISFITS = {

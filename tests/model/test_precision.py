@@ -15,7 +15,7 @@ from spacy_elmo.model.bilm import PRECISION_PARTS
 from spacy_elmo.model.precision import check_precision
 from tests.conftest import ALLENNLP, ROUNDING
 
-# Stated tolerances against the fp32 output, per layer (the targets of issue 19: top layer mean >= 0.999, 1st
+# Stated tolerances against the fp32 output, per layer (the fidelity targets: top layer mean >= 0.999, 1st
 # percentile >= 0.99). Measured on these models: int8 >= 0.9997 mean; bf16 see BENCHMARKS.md.
 MIN_MEAN_COSINE = 0.999
 MIN_P1_COSINE = 0.99

@@ -1,10 +1,10 @@
 """Pretraining throughput: tokens/s of forward + backward + optimizer steps, fp32 against bf16, and the share of the
 fp32 FLOP ceiling.
 
-Runs the real training step (``Trainer.train_step``: bucketed batches from the Gutenberg corpus, both
-directions, adaptive softmax, Adam or Adagrad) for a preset architecture from scratch and reports
-predicted tokens per second. The FLOP ceiling uses the machine's fp32 GEMM rate measured in the
-same run and a training cost of 3x the forward multiply-adds per token (softmax included).
+Runs the real training step (``Trainer.train_step``: bucketed batches from the Gutenberg corpus under ../shared, both
+directions, adaptive softmax, Adam or Adagrad) for a preset architecture from scratch and reports predicted tokens
+per second. The FLOP ceiling uses the machine's fp32 GEMM rate measured in the same run and a training cost of 3x
+the forward multiply-adds per token (softmax included).
 
 ``--precision fp32,bf16`` builds one trainer per setting (same seed, same vocabulary) and, in every one of
 ``--rounds`` rounds, times each on the same batches, one after the other, so the settings share the machine's
@@ -13,14 +13,15 @@ state; it prints each round's tokens/s, their median and the per-round ratio to 
 --training.threads 1``): that many one-thread gloo DDP processes, each on its own batches of the same shape;
 their tokens/s add up. bf16 is refused where this CPU has no native bf16, as ``pretrain`` refuses it.
 
-    benchmarks/paused.sh python benchmarks/bench_pretrain.py --processes 2 --threads 1 --precision fp32,bf16 --rounds 3
-    benchmarks/paused.sh python benchmarks/bench_pretrain.py --preset tiny --steps 30
+    python benchmarks/pretrain.py --processes 2 --threads 1 --precision fp32,bf16 --rounds 5
+    python benchmarks/pretrain.py --preset tiny --threads 1 --steps 30 --pause-pretraining
 """
 import argparse
 import os
 import shutil
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,12 +30,37 @@ from typing import Dict, List
 import torch
 import torch.multiprocessing as mp
 
-from bench_embed import _cpu_model, _load, forward_macs_per_token, gemm_gflops
+from common import SHARED, header, pretraining_paused
+from spacy_elmo import ElmoOptions
 from spacy_elmo.pretrain.config import bf16_support, default_config, load_config
 from spacy_elmo.pretrain.trainer import Trainer
 
-GUTENBERG = Path(__file__).resolve().parents[2] / "shared" / "data" / "lm_gutenberg_en"
+GUTENBERG = SHARED / "lm_gutenberg_en"
 PRECISIONS = ("fp32", "bf16")
+
+
+def forward_macs_per_token(options: ElmoOptions) -> Dict[str, float]:
+    """Multiply-adds per token of one forward pass, by part (char CNN over all ``max_chars`` positions)."""
+    positions = options.max_characters_per_token
+    cnn = sum((positions - w + 1) * w * options.char_embedding_dim * n for w, n in options.filters)
+    highway = options.n_highway * 2 * options.n_filters**2
+    projection = options.n_filters * options.projection_dim
+    p, h = options.projection_dim, options.lstm_dim
+    lstm = 2 * options.n_layers * (2 * p * 4 * h + h * p)  # input, recurrent and projection products, 2 directions
+    return {"char_cnn": cnn, "highway": highway, "projection": projection, "lstm": lstm}
+
+
+def gemm_gflops(n: int = 2048, repeats: int = 10) -> float:
+    """Best fp32 ``n x n`` matrix-multiply rate in GFLOP/s."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    torch.mm(a, b, out=out)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
 
 
 def _config(args: argparse.Namespace, precision: str):
@@ -109,10 +135,17 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=1280)
     parser.add_argument("--rounds", type=int, default=1, help="timed rounds (median reported)")
     parser.add_argument("--processes", type=int, default=1, help="one-thread DDP processes (gloo)")
+    parser.add_argument("--pause-pretraining", action="store_true", help="SIGSTOP spacy_elmo pretrain runs meanwhile")
     args = parser.parse_args()
+    with pretraining_paused(args.pause_pretraining):
+        report(args)
+
+
+def report(args: argparse.Namespace) -> None:
+    """Time the settings of ``args`` and print the table."""
     native, why = bf16_support(torch.device("cpu"))
     if "bf16" in args.precision and not native:
-        parser.error(f"bf16 is refused here: {why}")
+        sys.exit(f"bf16 is refused here: {why}")
     torch.set_num_threads(args.threads)
     typed, _ = _config(args, args.precision[0])
     options = typed.options()
@@ -121,7 +154,8 @@ def main() -> None:
     softmax_macs = 2 * p * (vocab_head + len(typed.objective.cutoffs))  # head of the adaptive softmax, both directions
     forward = sum(macs.values()) + softmax_macs
     gflops = gemm_gflops()
-    print(f"machine: {_cpu_model()}; {why}; torch {torch.__version__}, {args.threads} threads; load {_load()}")
+    header(sys.argv)
+    print(f"{why}; {args.threads} torch thread(s) per process")
     print(f"fp32 GEMM: {gflops:.0f} GFLOP/s; forward ≈ {forward / 1e6:.1f} M multiply-adds per token")
     with tempfile.TemporaryDirectory() as out:
         if args.processes > 1:
