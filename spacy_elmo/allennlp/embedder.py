@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import torch
 
-from ..errors import EmbedError, ElmoSettingsError
+from ..errors import EmbedError, NotDownloadedError
 from ..model.encoder import DEFAULT_INITIAL_STATE
 from ..model.precision import DEFAULT_PRECISION
 from ..sources.download import MANIFEST, model_dir
@@ -27,7 +27,7 @@ OUTPUT_FORMATS = ("all", "top", "average")
 def default_model() -> str:
     """The name of 0.9's default model where it is downloaded; else a one-line error saying how to get it."""
     if not (model_dir(DEFAULT_MODEL) / MANIFEST).is_file():
-        raise ElmoSettingsError(
+        raise NotDownloadedError(
             f"ElmoEmbedder() uses the published '{DEFAULT_MODEL}' model, which is not downloaded: run python -m "
             f"spacy_elmo download {DEFAULT_MODEL}, or pass options_file and weight_file"
         )
