@@ -194,3 +194,23 @@ def test_a_users_mistake_is_a_one_line_error(allennlp_files, call, message):
     with pytest.raises(ElmoSettingsError, match=message) as error:
         call(allennlp_files)
     assert "\n" not in str(error.value)
+
+
+def test_with_requires_grad_the_cached_word_vectors_learn_too(allennlp_files):
+    """As in AllenNLP: the cache of a fine-tuned biLM is a trainable table."""
+    vocab = ["@@PADDING@@", "a", "b"]
+    assert not Elmo(*allennlp_files, 1, vocab_to_cache=vocab)._elmo_lstm.word_vectors.requires_grad
+    elmo = Elmo(*allennlp_files, 1, requires_grad=True, vocab_to_cache=vocab, dropout=0.0)
+    elmo(batch_to_ids([["a", "b"]]), torch.tensor([[1, 2]]))["elmo_representations"][0].sum().backward()
+    grad = elmo._elmo_lstm.word_vectors.grad
+    assert grad[1:].abs().sum(dim=1).min() > 0 and not grad[0].any()
+
+
+@pytest.mark.slow
+def test_importing_the_package_imports_neither_spacy_nor_thinc():
+    import subprocess
+    import sys
+
+    code = "import sys, spacy_elmo.allennlp; print(sorted({m.split('.')[0] for m in sys.modules} & {'spacy', 'thinc'}))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
