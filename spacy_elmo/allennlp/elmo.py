@@ -5,7 +5,7 @@ reference fixtures); this module only adds AllenNLP's interface: character-id te
 ``<S>``/``</S>`` positions out, state carried from call to call, trainable scalar mixes.
 """
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -74,16 +74,12 @@ class ElmoBiLm(nn.Module):
     ):
         super().__init__()
         check_initial_state(initial_state)
-        if requires_grad and precision != DEFAULT_PRECISION:
-            raise ElmoSettingsError(
-                f"precision {precision!r} is for inference; fine-tuning (requires_grad=True) runs in 'fp32'"
-            )
         self.encoder = encoder if encoder is not None else load_encoder(options_file, weight_file, initial_state)
         self.encoder.initial_state = initial_state
         _check_byte_model(self.encoder)
         for parameter in self.encoder.parameters():
             parameter.requires_grad_(requires_grad)
-        self.encoder.set_precision(precision)
+        self.set_precision(precision)
         self.stateful = stateful
         self.carried = CarriedState()
         self.num_layers = self.encoder.options.n_output_layers
@@ -94,6 +90,14 @@ class ElmoBiLm(nn.Module):
 
     def get_output_dim(self) -> int:
         return self.encoder.options.output_dim
+
+    def set_precision(self, precision: str) -> None:
+        """Run the biLM's products at ``precision`` from now on (``"fp16"``: after moving the module to a GPU)."""
+        if precision != DEFAULT_PRECISION and self.encoder.bilm.w_proj.requires_grad:
+            raise ElmoSettingsError(
+                f"precision {precision!r} is for inference; fine-tuning (requires_grad=True) runs in 'fp32'"
+            )
+        self.encoder.set_precision(precision)
 
     def reset_states(self) -> None:
         """Forget the carried LSTM state: the next call starts from zeros, as the first one did."""
@@ -140,8 +144,8 @@ class ElmoBiLm(nn.Module):
         batch, steps = inputs.shape[:2]
         present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
         if word_inputs is None or self.word_vectors is None:
-            tokens = self._token_vectors(inputs[present])
-            boundaries = self._token_vectors(self._char_ids([BOS_TOKEN, EOS_TOKEN]))
+            vectors = self._token_vectors(torch.cat((self._char_ids([BOS_TOKEN, EOS_TOKEN]), inputs[present])))
+            boundaries, tokens = vectors[:2], vectors[2:]
         else:
             _check_word_ids(word_inputs, inputs, self.word_vectors.shape[0])
             lengths = (word_inputs > 0).sum(dim=1)
@@ -200,11 +204,11 @@ def _check_word_ids(word_inputs: torch.Tensor, inputs: torch.Tensor, n_words: in
             f"word_inputs has shape {tuple(word_inputs.shape)}, but the character ids are for "
             f"{tuple(inputs.shape[:2])} tokens; give one word id per token, (batch, timesteps)"
         )
-    if word_inputs.numel() and (int(word_inputs.min()) < 0 or int(word_inputs.max()) >= n_words):
+    outside = word_inputs[(word_inputs < 0) | (word_inputs >= n_words)]
+    if outside.numel():
         raise ElmoSettingsError(
-            f"word_inputs holds the id {int(word_inputs.max()) if int(word_inputs.max()) >= n_words else int(word_inputs.min())}, "
-            f"but vocab_to_cache has {n_words} words (ids 0-{n_words - 1}); add the word to vocab_to_cache or "
-            f"leave word_inputs out to run the character CNN"
+            f"word_inputs holds the id {int(outside[0])}, but vocab_to_cache has {n_words} words (ids 0-{n_words - 1}); "
+            f"add the word to vocab_to_cache, or leave word_inputs out to run the character CNN"
         )
 
 
@@ -283,6 +287,10 @@ class Elmo(nn.Module):
         """Forget the LSTM state carried from batch to batch."""
         self._elmo_lstm.reset_states()
 
+    def set_precision(self, precision: str) -> None:
+        """Run the biLM's products at ``precision`` from now on; ``"fp16"`` after ``.to("cuda")``."""
+        self._elmo_lstm.set_precision(precision)
+
     def forward(
         self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
     ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
@@ -304,27 +312,19 @@ class Elmo(nn.Module):
                 word_inputs = word_inputs.reshape(inputs.shape[:2])
         output = self._elmo_lstm(inputs, word_inputs)
         layers, mask = output["activations"], output["mask"]
+        # Position t of the output without markers is token t, inside its sentence while t + 2 is inside the mask.
+        kept = mask if self._keep_sentence_boundaries else mask[:, 2:]
         representations = []
         for mix in self._scalar_mixes:
             mixed = mix(layers, mask)
             if not self._keep_sentence_boundaries:
-                mixed, kept = _without_boundaries(mixed, mask)
-            else:
-                kept = mask
+                mixed = mixed[:, 1:-1].masked_fill(~kept.unsqueeze(-1), 0.0)
             representations.append(self._dropout(mixed))
-        if not representations:
-            kept = mask if self._keep_sentence_boundaries else _without_boundaries(layers[0], mask)[1]
         shape = leading[:-1] + (kept.shape[-1],)
         return {
             "elmo_representations": [r.reshape(shape + (r.shape[-1],)) for r in representations],
             "mask": kept.reshape(shape),
         }
-
-
-def _without_boundaries(tensor: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``(batch, time + 2, dim)`` with ``<S>``/``</S>`` to ``(batch, time, dim)`` without them, zero past the end."""
-    inner = mask[:, 2:]  # position t keeps token t + 1 while t + 2 is still inside the sentence
-    return tensor[:, 1:-1].masked_fill(~inner.unsqueeze(-1), 0.0), inner
 
 
 # AllenNLP's private name, which some programs import.

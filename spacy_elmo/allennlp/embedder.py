@@ -62,7 +62,7 @@ class ElmoEmbedder:
             options_file = default_model()
         device = torch.device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}")
         self.elmo_bilm = ElmoBiLm(options_file, weight_file, stateful=stateful, initial_state=initial_state).to(device)
-        self.elmo_bilm.encoder.set_precision(precision)
+        self.elmo_bilm.set_precision(precision)
         self.elmo_bilm.eval()
         self.cuda_device = cuda_device
 
