@@ -172,6 +172,12 @@ def test_precision_is_an_inference_setting(allennlp_files):
     assert (got - fp32).abs().max() < 0.1 * fp32.abs().max()
 
 
+def test_a_downloaded_models_name_stands_for_its_files(allennlp_files, downloaded_original):
+    ids = batch_to_ids(SENTENCES)
+    by_name = Elmo("original", None, 1, dropout=0.0)(ids)["elmo_representations"][0]
+    torch.testing.assert_close(by_name, Elmo(*allennlp_files, 1, dropout=0.0)(ids)["elmo_representations"][0], rtol=0, atol=0)
+
+
 def test_a_model_name_that_is_not_downloaded_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     with pytest.raises(NotDownloadedError, match="python -m spacy_elmo download original"):
