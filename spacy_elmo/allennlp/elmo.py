@@ -31,13 +31,15 @@ def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
     Each token is its UTF-8 bytes (the first 48) + 1, framed by begin/end-of-word ids and padded; the literal
     tokens ``<S>`` and ``</S>`` become the sentence-boundary patterns. Positions past a sentence's end are 0.
     """
-    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in batch):
+    sentences = [] if isinstance(batch, str) else [sentence for sentence in batch]
+    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in sentences):
         raise ElmoSettingsError("batch_to_ids takes a list of tokenised sentences (lists of str), e.g. [text.split()]")
-    width = max((len(sentence) for sentence in batch), default=0)
-    ids = np.zeros((len(batch), width, MAX_CHARACTERS), dtype=np.int64)
-    for row, sentence in enumerate(batch):
-        if len(sentence):
-            ids[row, : len(sentence)] = tokens_to_ids(list(sentence), MAX_CHARACTERS)
+    sentences = [list(sentence) for sentence in sentences]
+    width = max((len(sentence) for sentence in sentences), default=0)
+    ids = np.zeros((len(sentences), width, MAX_CHARACTERS), dtype=np.int64)
+    for row, sentence in enumerate(sentences):
+        if sentence:
+            ids[row, : len(sentence)] = tokens_to_ids(sentence, MAX_CHARACTERS)
     return torch.from_numpy(ids)
 
 

@@ -49,3 +49,8 @@ def test_shorter_sentences_are_padded_with_zero_tokens():
 def test_a_string_instead_of_a_list_of_sentences_is_refused():
     with pytest.raises(ElmoSettingsError, match="tokenised sentences"):
         batch_to_ids(["a sentence"])
+
+
+def test_sentences_may_come_as_any_iterables():
+    expected = batch_to_ids([["a", "b"], ["c"]])
+    assert torch.equal(batch_to_ids(iter([("a", "b"), iter(["c"])])), expected)
