@@ -144,6 +144,9 @@ class ElmoBiLm(nn.Module):
         _check_char_ids(inputs)
         lengths = (inputs > 0).any(dim=-1).sum(dim=1)
         batch, steps = inputs.shape[:2]
+        if batch == 0:  # nothing runs, and the carried state stays
+            empty = self.encoder.bilm.w_proj.new_zeros(0, steps + 2, self.get_output_dim())
+            return {"activations": [empty] * self.num_layers, "mask": inputs.new_zeros(0, steps + 2, dtype=torch.bool)}
         present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
         if word_inputs is None or self.word_vectors is None:
             vectors = self._token_vectors(torch.cat((self._char_ids([BOS_TOKEN, EOS_TOKEN]), inputs[present])))

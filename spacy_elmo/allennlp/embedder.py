@@ -90,6 +90,8 @@ class ElmoEmbedder:
         """The layers of each sentence of one biLM batch. A batch of one empty sentence runs nothing (as in 0.9)."""
         if len(batch) == 1 and len(batch[0]) == 0:
             return [self._empty()]
+        if not batch:
+            return []
         layers, mask = self.batch_to_embeddings(batch)
         layers, lengths = layers.float().cpu().numpy(), mask.sum(dim=1).tolist()
         return [layers[i, :, :n].copy() if n else self._empty() for i, n in enumerate(lengths)]

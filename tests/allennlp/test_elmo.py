@@ -220,3 +220,8 @@ def test_importing_the_package_imports_neither_spacy_nor_thinc():
     code = "import sys, spacy_elmo.allennlp; print(sorted({m.split('.')[0] for m in sys.modules} & {'spacy', 'thinc'}))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_an_empty_batch_gives_empty_outputs(allennlp_files):
+    out = Elmo(*allennlp_files, 2)(batch_to_ids([]))
+    assert [tuple(r.shape) for r in out["elmo_representations"]] == [(0, 0, 32)] * 2 and out["mask"].shape == (0, 0)

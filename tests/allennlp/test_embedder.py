@@ -97,3 +97,11 @@ def test_without_files_and_without_the_original_model_the_error_says_how_to_get_
 
 def test_without_files_the_downloaded_original_model_is_used(allennlp_files, downloaded_original):
     np.testing.assert_array_equal(ElmoEmbedder().embed_sentence(["a"]), ElmoEmbedder(*allennlp_files).embed_sentence(["a"]))
+
+
+def test_an_empty_batch_gives_nothing_and_keeps_the_state(allennlp_files):
+    embedder, fresh = ElmoEmbedder(*allennlp_files), ElmoEmbedder(*allennlp_files)
+    assert embedder.embed_batch([]) == []
+    assert [x.shape for x in embedder.embed_batch([[], []])] == [(3, 0, 32)] * 2
+    fresh.embed_batch([[], []])
+    np.testing.assert_array_equal(embedder.embed_sentence(["a"]), fresh.embed_sentence(["a"]))
