@@ -72,12 +72,10 @@ class ElmoBiLm(nn.Module):
         stateful: bool = True,
         initial_state: str = DEFAULT_INITIAL_STATE,
         precision: str = DEFAULT_PRECISION,
-        encoder: Optional[ElmoEncoder] = None,
     ):
         super().__init__()
         check_initial_state(initial_state)
-        self.encoder = encoder if encoder is not None else load_encoder(options_file, weight_file, initial_state)
-        self.encoder.initial_state = initial_state
+        self.encoder = load_encoder(options_file, weight_file, initial_state)
         _check_byte_model(self.encoder)
         for parameter in self.encoder.parameters():
             parameter.requires_grad_(requires_grad)
