@@ -1,0 +1,334 @@
+"""AllenNLP's ``Elmo`` module, ``batch_to_ids`` and the biLM module under them, on this package's biLM.
+
+The biLM is :class:`~spacy_elmo.model.encoder.ElmoEncoder`'s (the char CNN, highways and LSTMs that reproduce the
+reference fixtures); this module only adds AllenNLP's interface: character-id tensors in, the layers with their
+``<S>``/``</S>`` positions out, state carried from call to call, trainable scalar mixes.
+"""
+import warnings
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import ElmoSettingsError
+from ..model.bilm import BiLmState
+from ..model.carried_state import CarriedState
+from ..model.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_ids
+from ..model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder, check_initial_state
+from ..model.precision import DEFAULT_PRECISION
+from ..model.scalar_mix import ScalarMix
+from ..util.files import PathLike
+from .files import load_encoder
+
+# AllenNLP's fixed token width: every token is 50 character ids (its bytes cut to 48, framed, padded).
+MAX_CHARACTERS = 50
+
+
+def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
+    """Character ids of tokenised sentences, ``(len(batch), longest sentence, 50)`` int64, as AllenNLP makes them.
+
+    Each token is its UTF-8 bytes (the first 48) + 1, framed by begin/end-of-word ids and padded; the literal
+    tokens ``<S>`` and ``</S>`` become the sentence-boundary patterns. Positions past a sentence's end are 0.
+    """
+    sentences = [] if isinstance(batch, str) else [sentence for sentence in batch]
+    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in sentences):
+        raise ElmoSettingsError("batch_to_ids takes a list of tokenised sentences (lists of str), e.g. [text.split()]")
+    sentences = [list(sentence) for sentence in sentences]
+    width = max((len(sentence) for sentence in sentences), default=0)
+    ids = np.zeros((len(sentences), width, MAX_CHARACTERS), dtype=np.int64)
+    for row, sentence in enumerate(sentences):
+        if sentence:
+            ids[row, : len(sentence)] = tokens_to_ids(sentence, MAX_CHARACTERS)
+    return torch.from_numpy(ids)
+
+
+class ElmoBiLm(nn.Module):
+    """The biLM as AllenNLP's ``_ElmoBiLm``: ``forward(inputs, word_inputs=None)`` returns ``{"activations": [...],
+    "mask": ...}``, ``num_layers`` layers ``(batch, timesteps + 2, 2 * projection_dim)`` with ``<S>`` at position 0
+    and ``</S>`` after each sentence's last token, zero past it; the mask (bool) covers both markers.
+
+    By default each batch row starts from the LSTM state that the same row of the previous call ended in (zeros at
+    first and for new rows), as AllenNLP does; that is how the published models were trained and evaluated, so it
+    reproduces their numbers, but a sentence's vectors then depend on what came before. :meth:`reset_states`
+    forgets the state. ``stateful=False`` (not in AllenNLP) starts every sentence from ``initial_state`` instead:
+    ``"auto"`` (default: the start the model was trained from), ``"zeros"`` or ``"warm"``; see
+    :class:`~spacy_elmo.model.encoder.ElmoEncoder`.
+
+    ``requires_grad``: the biLM's parameters learn (fine-tuning). ``vocab_to_cache``: words whose token vectors are
+    computed once, here, so that ``forward`` can take word ids (positions in that list; 0 is padding) instead of
+    running the char CNN; with ``requires_grad`` those cached vectors learn too, as in AllenNLP.
+    ``precision`` (not in AllenNLP): the matrix products at ``"int8"``/``"bf16"`` (``"fp16"`` on a GPU) for
+    inference; only ``"fp32"`` can be fine-tuned.
+    """
+
+    def __init__(
+        self,
+        options_file: Optional[PathLike] = None,
+        weight_file: Optional[PathLike] = None,
+        requires_grad: bool = False,
+        vocab_to_cache: Optional[Sequence[str]] = None,
+        *,
+        stateful: bool = True,
+        initial_state: str = DEFAULT_INITIAL_STATE,
+        precision: str = DEFAULT_PRECISION,
+    ):
+        super().__init__()
+        check_initial_state(initial_state)
+        self.encoder = load_encoder(options_file, weight_file, initial_state)
+        _check_byte_model(self.encoder)
+        for parameter in self.encoder.parameters():
+            parameter.requires_grad_(requires_grad)
+        self.set_precision(precision)
+        self.stateful = stateful
+        self.carried = CarriedState()
+        self.num_layers = self.encoder.options.n_output_layers
+        self.word_vectors: Optional[nn.Parameter] = None
+        self.register_buffer("boundary_vectors", None)
+        if vocab_to_cache is not None:
+            self.cache_words(vocab_to_cache, requires_grad)
+
+    def get_output_dim(self) -> int:
+        return self.encoder.options.output_dim
+
+    def set_precision(self, precision: str) -> None:
+        """Run the biLM's products at ``precision`` from now on (``"fp16"``: after moving the module to a GPU)."""
+        if precision != DEFAULT_PRECISION and self.encoder.bilm.w_proj.requires_grad:
+            raise ElmoSettingsError(
+                f"precision {precision!r} is for inference; fine-tuning (requires_grad=True) runs in 'fp32'"
+            )
+        self.encoder.set_precision(precision)
+
+    def reset_states(self) -> None:
+        """Forget the carried LSTM state: the next call starts from zeros, as the first one did."""
+        self.carried.reset()
+
+    def cache_words(self, words: Sequence[str], trainable: bool = False) -> None:
+        """Compute the token vectors of ``words`` (and of ``<S>``, ``</S>``) now; ``forward``'s ``word_inputs`` then
+        index ``words``. They are computed from the weights as they are now and kept (in ``state_dict`` too)."""
+        if isinstance(words, str) or not all(isinstance(word, str) for word in words):
+            raise ElmoSettingsError("vocab_to_cache must be a list of str words (index 0 is padding)")
+        with torch.no_grad():
+            vectors = self._token_vectors(self._char_ids([BOS_TOKEN, EOS_TOKEN, *words]))
+        self.word_vectors = nn.Parameter(vectors[2:].clone(), requires_grad=trainable)
+        self.boundary_vectors = vectors[:2].clone()
+
+    def _apply(self, fn, *args, **kwargs):  # the carried state moves with the module
+        result = super()._apply(fn, *args, **kwargs)
+        state = self.carried.state
+        if state is not None:
+            self.carried.state = BiLmState(fn(state.h), fn(state.c))
+        return result
+
+    @property
+    def _device(self) -> torch.device:
+        return self.encoder.device
+
+    def _char_ids(self, tokens: Sequence[str]) -> torch.Tensor:
+        return torch.from_numpy(tokens_to_ids(tokens, MAX_CHARACTERS)).to(self._device)
+
+    def _token_vectors(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Token vectors of ``(n, 50)`` char ids, each distinct token run once."""
+        if char_ids.shape[0] == 0:
+            return self.encoder.bilm.w_proj.new_zeros(0, self.encoder.options.projection_dim)
+        distinct, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
+        return self.encoder.bilm.token_layer(distinct).index_select(0, inverse)
+
+    def forward(
+        self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
+    ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+        """``inputs``: char ids ``(batch, timesteps, 50)`` (from :func:`batch_to_ids`); ``word_inputs``: word ids
+        ``(batch, timesteps)`` into ``vocab_to_cache``, used instead of the char ids' tokens when given."""
+        _check_char_ids(inputs)
+        lengths = (inputs > 0).any(dim=-1).sum(dim=1)
+        batch, steps = inputs.shape[:2]
+        if batch == 0:  # nothing runs, and the carried state stays
+            empty = self.encoder.bilm.w_proj.new_zeros(0, steps + 2, self.get_output_dim())
+            return {"activations": [empty] * self.num_layers, "mask": inputs.new_zeros(0, steps + 2, dtype=torch.bool)}
+        present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
+        if word_inputs is None or self.word_vectors is None:
+            vectors = self._token_vectors(torch.cat((self._char_ids([BOS_TOKEN, EOS_TOKEN]), inputs[present])))
+            boundaries, tokens = vectors[:2], vectors[2:]
+        else:
+            _check_word_ids(word_inputs, inputs, self.word_vectors.shape[0])
+            lengths = (word_inputs > 0).sum(dim=1)
+            present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
+            tokens = self.word_vectors.index_select(0, word_inputs[present])
+            boundaries = self.boundary_vectors
+        padded = _with_boundaries(tokens, boundaries, lengths, steps)
+        if self.encoder.bilm.w_proj.requires_grad and torch.is_grad_enabled():
+            self.encoder.weights_changed()  # the weights learn: the warm start must follow them
+        rows = np.asarray(lengths.cpu()) + 2
+        start = self.carried.start(self.encoder, batch) if self.stateful else self.encoder.start_state(batch)
+        layers, final = self.encoder.bilm(padded, rows, start)
+        if self.stateful:
+            self.carried.update(final)
+        mask = torch.arange(steps + 2, device=inputs.device)[None, :] < torch.as_tensor(rows, device=inputs.device)[:, None]
+        return {"activations": layers, "mask": mask}
+
+
+def _with_boundaries(tokens: torch.Tensor, boundaries: torch.Tensor, lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """``(batch, steps + 2, dim)``: ``<S>``, each row's ``tokens`` (consecutive in ``tokens``), ``</S>``, zeros."""
+    batch, dim = lengths.shape[0], tokens.shape[1]
+    device = tokens.device
+    positions = torch.arange(steps + 2, device=device)[None, :].expand(batch, -1)
+    ends = lengths[:, None] + 1
+    starts = torch.cumsum(lengths, 0) - lengths  # each row's first token in ``tokens``
+    index = (starts[:, None] + positions - 1).clamp(min=0)
+    table = torch.cat((tokens, boundaries, tokens.new_zeros(1, dim)))
+    n = tokens.shape[0]
+    index = torch.where(positions < ends, index, n + 2)  # past </S>: the zero row
+    index = torch.where(positions == 0, n, index)
+    index = torch.where(positions == ends, n + 1, index)
+    return table.index_select(0, index.reshape(-1)).view(batch, steps + 2, dim)
+
+
+def _check_byte_model(encoder: ElmoEncoder) -> None:
+    """Refuse a model that does not read AllenNLP's byte ids (an ELMoForManyLangs conversion)."""
+    options = encoder.options
+    if options.char_vocabulary is not None or options.word_embedding is not None or options.max_characters_per_token != MAX_CHARACTERS:
+        raise ElmoSettingsError(
+            "this model reads its own character table or word vectors (an ELMoForManyLangs conversion), not "
+            "AllenNLP's byte ids from batch_to_ids; use spacy_elmo.ElmoEmbedder for it"
+        )
+
+
+def _check_char_ids(inputs: torch.Tensor) -> None:
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or inputs.shape[-1] != MAX_CHARACTERS:
+        found = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
+        raise ElmoSettingsError(
+            f"ELMo takes character ids of shape (batch, timesteps, 50) from batch_to_ids, found {found}"
+        )
+
+
+def _check_word_ids(word_inputs: torch.Tensor, inputs: torch.Tensor, n_words: int) -> None:
+    if tuple(word_inputs.shape) != tuple(inputs.shape[:2]):
+        raise ElmoSettingsError(
+            f"word_inputs has shape {tuple(word_inputs.shape)}, but the character ids are for "
+            f"{tuple(inputs.shape[:2])} tokens; give one word id per token, (batch, timesteps)"
+        )
+    outside = word_inputs[(word_inputs < 0) | (word_inputs >= n_words)]
+    if outside.numel():
+        raise ElmoSettingsError(
+            f"word_inputs holds the id {int(outside[0])}, but vocab_to_cache has {n_words} words (ids 0-{n_words - 1}); "
+            f"add the word to vocab_to_cache, or leave word_inputs out to run the character CNN"
+        )
+
+
+class Elmo(nn.Module):
+    """ELMo representations as AllenNLP's ``Elmo``: the biLM run once, ``num_output_representations`` scalar mixes
+    of its layers.
+
+    ``forward(inputs, word_inputs=None)`` returns ``{"elmo_representations": [...], "mask": ...}``: each
+    representation ``(batch, timesteps, 2 * projection_dim)`` (``timesteps + 2`` with
+    ``keep_sentence_boundaries``), zero past each sentence's end before dropout; the mask is bool. Inputs of more
+    dimensions, ``(..., timesteps, 50)``, give outputs of the same leading shape.
+
+    As in AllenNLP, LSTM state is carried from batch to batch, row by row (see :class:`ElmoBiLm`): that reproduces
+    the published numbers; call :meth:`reset_states` to start over, or pass ``stateful=False`` (not in AllenNLP) for
+    vectors that depend on the sentence alone. Each scalar mix learns its softmax weights and ``gamma``, unless
+    ``scalar_mix_parameters`` fixes the weights (before the softmax) and gamma at 1. ``do_layer_norm`` normalises
+    each layer over the batch's unmasked positions, ``<S>``/``</S>`` included; ``dropout`` applies to the outputs in
+    training mode. ``requires_grad=True`` fine-tunes the biLM. ``vocab_to_cache`` precomputes token vectors for a
+    word list, so ``word_inputs`` (ids into it) replace the char CNN. ``module``: a biLM module of your own, with
+    ``num_layers``, ``get_output_dim()`` and ``forward`` returning activations and mask, instead of the files.
+
+    ``options_file`` alone may be the name of a downloaded model (``Elmo("original", None, 1)``; see
+    ``python -m spacy_elmo list``). ``precision`` (not in AllenNLP): the biLM's matrix products at ``"int8"``,
+    ``"bf16"`` (``"fp16"`` on a GPU) for inference.
+    """
+
+    def __init__(
+        self,
+        options_file: Optional[PathLike],
+        weight_file: Optional[PathLike],
+        num_output_representations: int,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        vocab_to_cache: Optional[Sequence[str]] = None,
+        keep_sentence_boundaries: bool = False,
+        scalar_mix_parameters: Optional[Sequence[float]] = None,
+        module: Optional[nn.Module] = None,
+        *,
+        stateful: bool = True,
+        initial_state: str = DEFAULT_INITIAL_STATE,
+        precision: str = DEFAULT_PRECISION,
+    ):
+        super().__init__()
+        if module is not None:
+            if options_file is not None or weight_file is not None:
+                raise ElmoSettingsError("give either module or options_file and weight_file, not both; pass None for the files")
+            self._elmo_lstm = module
+        else:
+            if options_file is None:
+                raise ElmoSettingsError(
+                    "Elmo needs options_file and weight_file (or a downloaded model's name as options_file), or module"
+                )
+            self._elmo_lstm = ElmoBiLm(
+                options_file, weight_file, requires_grad, vocab_to_cache,
+                stateful=stateful, initial_state=initial_state, precision=precision,
+            )
+        self._has_cached_vocab = vocab_to_cache is not None
+        self._keep_sentence_boundaries = keep_sentence_boundaries
+        self._dropout = nn.Dropout(p=dropout)
+        self._scalar_mixes: List[ScalarMix] = []
+        for k in range(num_output_representations):
+            mix = ScalarMix(
+                self._elmo_lstm.num_layers,
+                do_layer_norm=do_layer_norm,
+                initial_scalar_parameters=scalar_mix_parameters,
+                trainable=scalar_mix_parameters is None,
+            )
+            self.add_module(f"scalar_mix_{k}", mix)
+            self._scalar_mixes.append(mix)
+
+    def get_output_dim(self) -> int:
+        return self._elmo_lstm.get_output_dim()
+
+    def reset_states(self) -> None:
+        """Forget the LSTM state carried from batch to batch."""
+        self._elmo_lstm.reset_states()
+
+    def set_precision(self, precision: str) -> None:
+        """Run the biLM's products at ``precision`` from now on; ``"fp16"`` after ``.to("cuda")``."""
+        self._elmo_lstm.set_precision(precision)
+
+    def forward(
+        self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
+    ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+        """``inputs``: char ids ``(batch, timesteps, 50)`` or ``(..., timesteps, 50)``; ``word_inputs``: word ids of
+        the same leading shape, with ``vocab_to_cache``."""
+        leading = tuple(inputs.shape[:-1])
+        if inputs.dim() > 3:
+            inputs = inputs.reshape(-1, *inputs.shape[-2:])
+        if word_inputs is not None:
+            if not self._has_cached_vocab:
+                warnings.warn("word_inputs were given to Elmo, but it has no vocab_to_cache: they are ignored", stacklevel=2)
+                word_inputs = None
+            elif tuple(word_inputs.shape) != leading:
+                raise ElmoSettingsError(
+                    f"word_inputs has shape {tuple(word_inputs.shape)}, but the character ids are for {leading} "
+                    f"tokens; give one word id per token"
+                )
+            else:
+                word_inputs = word_inputs.reshape(inputs.shape[:2])
+        output = self._elmo_lstm(inputs, word_inputs)
+        layers, mask = output["activations"], output["mask"]
+        # Position t of the output without markers is token t, inside its sentence while t + 2 is inside the mask.
+        kept = mask if self._keep_sentence_boundaries else mask[:, 2:]
+        representations = []
+        for mix in self._scalar_mixes:
+            mixed = mix(layers, mask)
+            if not self._keep_sentence_boundaries:
+                mixed = mixed[:, 1:-1].masked_fill(~kept.unsqueeze(-1), 0.0)
+            representations.append(self._dropout(mixed))
+        shape = leading[:-1] + (kept.shape[-1],)
+        return {
+            "elmo_representations": [r.reshape(shape + (r.shape[-1],)) for r in representations],
+            "mask": kept.reshape(shape),
+        }
+
+
+# AllenNLP's private name, which some programs import.
+_ElmoBiLm = ElmoBiLm

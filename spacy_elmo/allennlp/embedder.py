@@ -1,0 +1,148 @@
+"""AllenNLP 0.9's ``ElmoEmbedder`` (``allennlp.commands.elmo``, removed in 1.0) on this package's biLM.
+
+Tools built on it (SeqVec, flair's ELMo embeddings) port by changing the import. Its results are 0.9's: the three
+layers of each sentence, LSTM state carried from call to call as 0.9 did, HDF5 files in 0.9's layout.
+"""
+import json
+from pathlib import Path
+from typing import IO, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import h5py
+import numpy as np
+import torch
+
+from ..errors import EmbedError, NotDownloadedError
+from ..model.encoder import DEFAULT_INITIAL_STATE
+from ..model.precision import DEFAULT_PRECISION
+from ..sources.download import MANIFEST, model_dir
+from ..util.files import PathLike
+from .elmo import ElmoBiLm, batch_to_ids
+
+# The model 0.9 used when given no files: the published "original" (2x4096_512_2048cnn_2xhighway).
+DEFAULT_MODEL = "original"
+DEFAULT_BATCH_SIZE = 64
+OUTPUT_FORMATS = ("all", "top", "average")
+
+
+def default_model() -> str:
+    """The name of 0.9's default model where it is downloaded; else a one-line error saying how to get it."""
+    if not (model_dir(DEFAULT_MODEL) / MANIFEST).is_file():
+        raise NotDownloadedError(
+            f"ElmoEmbedder() uses the published '{DEFAULT_MODEL}' model, which is not downloaded: run python -m "
+            f"spacy_elmo download {DEFAULT_MODEL}, or pass options_file and weight_file"
+        )
+    return DEFAULT_MODEL
+
+
+class ElmoEmbedder:
+    """Embed tokenised sentences as AllenNLP 0.9 did: ``(3, n_tokens, 2 * projection_dim)`` float32 arrays.
+
+    ``options_file``, ``weight_file``: the biLM (``options_file`` alone may be a downloaded model's name); neither
+    means the published ``original`` model, as in 0.9, which must be downloaded first (``python -m spacy_elmo
+    download original``). ``cuda_device``: a GPU index, or -1 for the CPU.
+
+    As in 0.9, batch row ``r`` starts from the LSTM state row ``r`` of the previous batch ended in, so a sentence's
+    vectors depend on what was embedded before it (:meth:`reset_states` starts over). Not in 0.9:
+    ``stateful=False`` starts every sentence from ``initial_state`` (see :class:`~spacy_elmo.model.encoder.
+    ElmoEncoder`), so that its vectors depend on it alone; ``precision`` runs the biLM's products at ``"int8"`` or
+    ``"bf16"`` (``"fp16"`` on a GPU).
+    """
+
+    def __init__(
+        self,
+        options_file: Optional[PathLike] = None,
+        weight_file: Optional[PathLike] = None,
+        cuda_device: int = -1,
+        *,
+        stateful: bool = True,
+        initial_state: str = DEFAULT_INITIAL_STATE,
+        precision: str = DEFAULT_PRECISION,
+    ):
+        if options_file is None and weight_file is None:
+            options_file = default_model()
+        device = torch.device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}")
+        self.elmo_bilm = ElmoBiLm(options_file, weight_file, stateful=stateful, initial_state=initial_state).to(device)
+        self.elmo_bilm.set_precision(precision)
+        self.elmo_bilm.eval()
+        self.cuda_device = cuda_device
+
+    def reset_states(self) -> None:
+        """Forget the carried LSTM state."""
+        self.elmo_bilm.reset_states()
+
+    def _empty(self) -> np.ndarray:
+        return np.zeros((self.elmo_bilm.num_layers, 0, self.elmo_bilm.get_output_dim()), dtype=np.float32)
+
+    def batch_to_embeddings(self, batch: Sequence[Sequence[str]]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The layers of a batch, ``(batch, 3, timesteps, dim)`` without ``<S>``/``</S>``, and its mask."""
+        char_ids = batch_to_ids(batch).to(self.elmo_bilm.encoder.device)
+        with torch.no_grad():
+            output = self.elmo_bilm(char_ids)
+        mask = output["mask"][:, 2:]
+        layers = torch.stack([layer[:, 1:-1].masked_fill(~mask.unsqueeze(-1), 0.0) for layer in output["activations"]], 1)
+        return layers, mask
+
+    def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
+        """The layers of one sentence, ``(3, len(sentence), dim)``."""
+        return self.embed_batch([sentence])[0]
+
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
+        """The layers of each sentence of one biLM batch. A batch of one empty sentence runs nothing (as in 0.9)."""
+        if len(batch) == 1 and len(batch[0]) == 0:
+            return [self._empty()]
+        if not batch:
+            return []
+        layers, mask = self.batch_to_embeddings(batch)
+        layers, lengths = layers.float().cpu().numpy(), mask.sum(dim=1).tolist()
+        return [layers[i, :, :n].copy() if n else self._empty() for i, n in enumerate(lengths)]
+
+    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[np.ndarray]:
+        """The layers of each sentence of a stream, ``batch_size`` sentences per biLM batch."""
+        batch: List[Sequence[str]] = []
+        for sentence in sentences:
+            batch.append(sentence)
+            if len(batch) == batch_size:
+                yield from self.embed_batch(batch)
+                batch = []
+        if batch:
+            yield from self.embed_batch(batch)
+
+    def embed_file(
+        self,
+        input_file: Union[IO, PathLike],
+        output_file_path: PathLike,
+        output_format: str = "all",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        forget_sentences: bool = False,
+        use_sentence_keys: bool = False,
+    ) -> None:
+        """Embed a file of one whitespace-tokenised sentence per line into HDF5, as 0.9 did.
+
+        Each line's vectors are a dataset named by its line number (0, 1, ...) or, with ``use_sentence_keys``, by
+        the line itself: ``(3, n, dim)`` for ``output_format="all"``, ``(n, dim)`` for ``"top"`` and
+        ``"average"``. Unless ``forget_sentences`` or ``use_sentence_keys``, a dataset ``sentence_to_index`` holds
+        one JSON string mapping each line to its dataset's name. ``input_file``: an open text file or a path.
+        """
+        if output_format not in OUTPUT_FORMATS:
+            raise EmbedError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, found {output_format!r}")
+        if isinstance(input_file, (str, Path)):
+            with open(input_file, encoding="utf-8") as opened:
+                sentences = [line.strip() for line in opened]
+        else:
+            sentences = [line.strip() for line in input_file]
+        blank = [i for i, line in enumerate(sentences) if not line]
+        if blank:
+            raise EmbedError(f"the input has empty lines (0-based: {blank[:10]}); remove them, one sentence per line")
+        if use_sentence_keys and len(set(sentences)) < len(sentences):
+            raise EmbedError("use_sentence_keys needs distinct lines, and the input repeats one; leave it off to key by line number")
+        from tqdm import tqdm
+
+        vectors = self.embed_sentences((line.split() for line in sentences), batch_size)
+        with h5py.File(output_file_path, "w") as out:
+            for i, layers in tqdm(enumerate(vectors), total=len(sentences), unit="sentence"):
+                output = {"all": layers, "top": layers[-1], "average": layers.mean(axis=0)}[output_format]
+                out.create_dataset(sentences[i] if use_sentence_keys else str(i), data=output.astype(np.float32))
+            if not forget_sentences and not use_sentence_keys:
+                index = {line: str(i) for i, line in enumerate(sentences)}
+                dataset = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                dataset[0] = json.dumps(index)

@@ -1,0 +1,75 @@
+"""A trainable scalar mix of the biLM's layers in torch, with AllenNLP's ``ScalarMix`` semantics.
+
+``gamma * sum_k softmax(s)_k * L_k`` (Peters et al., 2018, eq. 1). With ``do_layer_norm`` every layer is first
+normalised by one mean and one variance taken over all unmasked (position, dimension) pairs of the whole batch,
+without a learned scale or shift, ``(L - mean) / sqrt(var + LAYER_NORM_EPS)``. Padded positions are normalised
+with the same numbers (they are not zeroed), as in AllenNLP.
+
+The spaCy listener's mix (``spacy_elmo/pipeline/scalar_mix.py``) normalises per Doc without the boundary tokens
+and adds an L2 penalty; it is written for thinc, so it does not use this module.
+"""
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import ElmoSettingsError
+
+# AllenNLP's ``tiny_value_of_dtype`` for float32, added to the variance.
+LAYER_NORM_EPS = 1e-13
+
+
+class ScalarMix(nn.Module):
+    """Mixes ``mixture_size`` tensors of the same shape with softmax-normalised weights and a scale ``gamma``.
+
+    ``initial_scalar_parameters``: the weights before the softmax (default all 0: the average); ``trainable``:
+    whether the weights and ``gamma`` (starting at 1) learn. Parameter names follow AllenNLP
+    (``scalar_parameters.K``, ``gamma``).
+    """
+
+    def __init__(
+        self,
+        mixture_size: int,
+        do_layer_norm: bool = False,
+        initial_scalar_parameters: Optional[Sequence[float]] = None,
+        trainable: bool = True,
+    ):
+        super().__init__()
+        if initial_scalar_parameters is None:
+            initial_scalar_parameters = [0.0] * mixture_size
+        if len(initial_scalar_parameters) != mixture_size:
+            raise ElmoSettingsError(
+                f"scalar_mix_parameters gives {len(initial_scalar_parameters)} weights, but the biLM has "
+                f"{mixture_size} layers; give one weight per layer"
+            )
+        self.mixture_size = mixture_size
+        self.do_layer_norm = do_layer_norm
+        self.scalar_parameters = nn.ParameterList(
+            nn.Parameter(torch.tensor([float(value)]), requires_grad=trainable) for value in initial_scalar_parameters
+        )
+        self.gamma = nn.Parameter(torch.tensor([1.0]), requires_grad=trainable)
+
+    def weights(self) -> torch.Tensor:
+        """The layer weights after the softmax, ``(mixture_size,)``."""
+        return torch.softmax(torch.cat(list(self.scalar_parameters)), dim=0)
+
+    def forward(self, tensors: Sequence[torch.Tensor], mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The mix of ``tensors`` (each ``(batch, time, dim)``); ``mask`` ``(batch, time)`` is needed for layer norm."""
+        if len(tensors) != self.mixture_size:
+            raise ElmoSettingsError(f"this scalar mix takes {self.mixture_size} layers, found {len(tensors)}")
+        weights = self.weights()
+        if self.do_layer_norm:
+            if mask is None:
+                raise ElmoSettingsError("a scalar mix with layer norm needs the mask of the positions to normalise over")
+            tensors = [_layer_norm(tensor, mask) for tensor in tensors]
+        return self.gamma * sum(weight * tensor for weight, tensor in zip(weights, tensors))
+
+
+def _layer_norm(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``tensor`` less its mean over the unmasked entries, over their standard deviation (one of each per call)."""
+    keep = mask.unsqueeze(-1).to(tensor.dtype)
+    count = keep.sum() * tensor.shape[-1]
+    kept = tensor * keep
+    mean = kept.sum() / count
+    variance = (((kept - mean) * keep) ** 2).sum() / count
+    return (tensor - mean) / torch.sqrt(variance + LAYER_NORM_EPS)
