@@ -14,6 +14,7 @@ from spacy.tokens import Doc, Span, Token
 from .model.encoder import ElmoEncoder
 from .model.options import ElmoOptions
 from .runtime import BiLmSettings, ElmoRuntime
+from .util.batches import batched
 from .util.files import PathLike
 
 # ElmoEmbedder's defaults are the runtime's (its token cache is off by default: cache_size 0).
@@ -129,13 +130,7 @@ class ElmoEmbedder:
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""
-        batch: List[Sequence[str]] = []
-        for sentence in sentences:
-            batch.append(sentence)
-            if len(batch) == batch_size:
-                yield from self.embed_batch(batch)
-                batch = []
-        if batch:
+        for batch in batched(sentences, batch_size):
             yield from self.embed_batch(batch)
 
 

@@ -28,11 +28,8 @@ from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, get_torch_default_device, torch2xp, xp2torch
 from thinc.types import Floats3d, FloatsXd
 
-from ..model.batching import DEFAULT_MAX_BATCH_TOKENS
-from ..model.encoder import DEFAULT_INITIAL_STATE
-from ..model.precision import DEFAULT_PRECISION
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
-from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS, join_windows, stitch_windows
+from ..util.windows import join_windows, stitch_windows
 from .config_types import CacheSize, ModelSource, TokenCount
 from .doc_windows import doc_windows, window_words
 from .elmo_shim import ElmoShim
@@ -54,19 +51,20 @@ BILM_SETTINGS = (
 # UD-EWT's whole training set holds (19,674); BENCHMARKS.md measures what the cache gains.
 DEFAULT_CACHE_SIZE = 20_000
 
+DEFAULTS = BiLmSettings()  # the runtime's defaults; the component's biLM keeps a token cache by default
 InitialState = Literal["auto", "zeros", "warm"]
 Precision = Literal["fp32", "bf16", "int8", "fp16"]
 
 
 @registry.architectures(ARCHITECTURE)
 def build_bilm_model_v2(
-    options_file: Optional[ModelSource] = None,
-    weight_file: Optional[str] = None,
-    initial_state: InitialState = DEFAULT_INITIAL_STATE,
-    stateful: bool = False,
-    max_batch_tokens: TokenCount = DEFAULT_MAX_BATCH_TOKENS,
-    max_sentence_tokens: TokenCount = DEFAULT_MAX_SENTENCE_TOKENS,
-    precision: Precision = DEFAULT_PRECISION,
+    options_file: Optional[ModelSource] = DEFAULTS.options_file,
+    weight_file: Optional[str] = DEFAULTS.weight_file,
+    initial_state: InitialState = DEFAULTS.initial_state,
+    stateful: bool = DEFAULTS.stateful,
+    max_batch_tokens: TokenCount = DEFAULTS.max_batch_tokens,
+    max_sentence_tokens: TokenCount = DEFAULTS.max_sentence_tokens,
+    precision: Precision = DEFAULTS.precision,
     cache_size: CacheSize = DEFAULT_CACHE_SIZE,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM network of the ``elmo`` component.
@@ -83,16 +81,7 @@ def build_bilm_model_v2(
     cache_size: context-free token vectors kept, so frequent words skip the char CNN (0: none); the same vectors up to
         float32 rounding.
     """
-    settings = BiLmSettings(
-        options_file=options_file,
-        weight_file=weight_file,
-        initial_state=initial_state,
-        stateful=stateful,
-        max_batch_tokens=max_batch_tokens,
-        max_sentence_tokens=max_sentence_tokens,
-        precision=precision,
-        cache_size=cache_size,
-    )
+    settings = BiLmSettings(**locals())  # every parameter is a setting of the same name
     return Model(
         "elmo_bilm", forward, init=init, shims=[ElmoShim()], dims={"nO": None, "nL": None}, attrs={SETTINGS: settings}
     )
