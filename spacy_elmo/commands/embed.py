@@ -142,14 +142,8 @@ class EmbedSettings:
 
     def bilm_settings(self) -> BiLmSettings:
         """The biLM's settings (checked when made)."""
-        return BiLmSettings(
-            options_file=self.options_file,
-            weight_file=self.weight_file,
-            lang=self.lang,
-            initial_state=self.initial_state,
-            max_sentence_tokens=self.max_tokens,
-            precision=self.precision,
-        )
+        shared = ("options_file", "weight_file", "lang", "initial_state", "precision")  # named alike in both
+        return BiLmSettings(max_sentence_tokens=self.max_tokens, **{name: getattr(self, name) for name in shared})
 
     def model_files(self) -> Tuple[Path, Path]:
         """The biLM's options and weights files (the embedded model's when none were given)."""
