@@ -18,7 +18,8 @@ from .model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder
 from .model.precision import DEFAULT_PRECISION
 from .model.batch_encoder import BatchEncoder
 from .model.batching import DEFAULT_MAX_BATCH_TOKENS
-from .util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
+from .util.batcher import RequestBatcher
+from .util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, check_threads, torch_threads
 from .formats.weights import load_files
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.

@@ -19,7 +19,8 @@ from thinc.types import Floats2d, Floats3d
 from ..sources.download import resolve_model
 from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
-from ..util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
+from ..util.batcher import RequestBatcher
+from ..util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, check_threads, torch_threads
 from .architectures import (
     bilm_options,
     bilm_settings,
