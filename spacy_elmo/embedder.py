@@ -19,7 +19,7 @@ from .model.precision import DEFAULT_PRECISION
 from .model.batch_encoder import BatchEncoder
 from .model.batching import DEFAULT_MAX_BATCH_TOKENS
 from .util.batcher import RequestBatcher
-from .util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, check_threads, torch_threads
+from .util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, check_threads, check_wait_ms, torch_threads
 from .formats.weights import load_files
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
@@ -48,8 +48,9 @@ class ElmoEmbedder:
         int8 activations; any x86 CPU, fastest with AVX512-VNNI) or ``"bf16"`` (CPUs with native bf16; refused
         elsewhere); on a GPU ``"bf16"`` or ``"fp16"``. A sentence's vectors still do not depend on its batch.
 
-    batch_requests: calls from several threads that arrive while the biLM is busy go through it together, as one
-        batch, when it is free (a call finding it free runs at once); each still gets exactly its own vectors.
+    batch_requests: calls from several threads that arrive while the biLM is busy go through it together when it is
+        free (a call finding it free runs at once), in batches of at most ``max_batch_tokens`` tokens filled from the
+        waiting calls in turn, so that a long call does not hold up short ones; each still gets its own vectors.
     batch_wait_ms: with ``batch_requests``, after a batch that merged several calls, the next call finding the biLM
         free waits up to this long for as many calls to join (default 1; 0: only calls already waiting are
         merged; a lone caller never waits).
@@ -78,7 +79,7 @@ class ElmoEmbedder:
     ):
         self.threads = check_threads(threads)
         self.batch_requests = batch_requests
-        self._requests = RequestBatcher(self._embed_now, batch_wait_ms)
+        self._requests = RequestBatcher(self._embed_now, check_wait_ms(batch_wait_ms), max_batch_cost=max_batch_tokens)
         bilm = load_files(*model_files(options_file, weight_file, lang))
         self.encoder = ElmoEncoder(bilm, initial_state=initial_state, cache_size=cache_size).to(device).eval()
         self.encoder.set_precision(precision)
@@ -109,7 +110,7 @@ class ElmoEmbedder:
         if not batch:
             return []
         if self.stateful or self.batch_requests:
-            return self._requests(batch, merge=not self.stateful)
+            return self._requests(batch, merge=not self.stateful, cost=_padded_tokens)
         return self._embed_now(batch)
 
     def _embed_now(self, batch: List[List[str]]) -> List[np.ndarray]:
@@ -131,6 +132,11 @@ class ElmoEmbedder:
                 batch = []
         if batch:
             yield from self.embed_batch(batch)
+
+
+def _padded_tokens(sentence: List[str]) -> int:
+    """A sentence's tokens in a biLM batch, with its start and end markers: its cost in a merged batch."""
+    return len(sentence) + 2
 
 
 def _token_lists(batch: Iterable[Sentence]) -> List[List[str]]:
