@@ -11,6 +11,7 @@ import torch
 
 import spacy_elmo.pipeline.component as component_module
 from spacy_elmo import ElmoEmbedder
+from spacy_elmo.errors import ElmoSettingsError
 from spacy_elmo.util.threads import torch_threads
 
 from tests.conftest import ALLENNLP, JOIN_TIMEOUT, ROUNDING, interrupt_main_thread, join_threads, start_threads, wait_until
@@ -276,3 +277,42 @@ def test_after_ctrl_c_in_a_merged_batch_every_other_caller_gets_its_own_vectors(
     assert calls[1] == 7 and len(interrupted) == 1
     for sentence in set(sentences) - set(interrupted):
         np.testing.assert_allclose(answers[sentence], serial[sentence], **ROUNDING)
+
+
+@pytest.mark.parametrize("bad", [-1, "5", True])
+def test_bad_batch_waits_are_refused(allennlp_files, bad):
+    with pytest.raises(ElmoSettingsError, match="batch_wait_ms"):
+        ElmoEmbedder(*allennlp_files, batch_wait_ms=bad)
+
+
+def test_a_long_call_shares_batches_of_max_batch_tokens_with_short_ones_and_all_get_the_serial_vectors(
+    allennlp_files, monkeypatch
+):
+    """40 sentences in one call and 7 one-sentence calls, queued behind a running call: every biLM call holds at most
+    ``max_batch_tokens`` tokens (markers included), and every short call is answered before the long one."""
+    sentences = [tuple(s) for s in _thread_sentences(48, seed=18)]
+    long_call, shorts = tuple(sentences[:40]), sentences[40:47]
+    serial = dict(zip(sentences, ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)))
+    shared = ElmoEmbedder(*allennlp_files, max_batch_tokens=120)
+    forward, batches, release = shared._batches.forward, [], threading.Event()
+
+    def blocking_first(batch, cap):
+        batches.append([tuple(s) for s in batch])
+        if len(batches) == 1:
+            release.wait(JOIN_TIMEOUT)
+        return forward(batch, cap)
+
+    monkeypatch.setattr(shared._batches, "forward", blocking_first)
+    threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[47:])
+    wait_until(lambda: len(batches) == 1)
+    threads += start_threads(lambda call: shared.embed_batch([list(s) for s in call]), [long_call], answers)[0]
+    wait_until(lambda: len(shared._requests._queue) == 2)
+    threads += start_threads(lambda s: shared.embed_sentence(list(s)), shorts, answers)[0]
+    wait_until(lambda: len(shared._requests._queue) == 9)
+    release.set()
+    join_threads(threads)
+    assert all(sum(len(s) + 2 for s in batch) <= 120 for batch in batches)
+    batch_of = {sentence: i for i, batch in enumerate(batches) for sentence in batch}
+    assert max(batch_of[s] for s in shorts) < batch_of[long_call[-1]]
+    for sentence, got in [*zip(long_call, answers[long_call]), *((s, answers[s]) for s in shorts)]:
+        np.testing.assert_allclose(got, serial[sentence], **ROUNDING)
