@@ -35,13 +35,19 @@ class BlockingRun:
         return [x * 10 for x in items]
 
 
-def queue_behind_a_running_call(batcher: RequestBatcher, run: BlockingRun, calls: list, **options) -> dict:
+def queue_behind_a_running_call(
+    batcher: RequestBatcher, run: BlockingRun, calls: list, again: tuple = (), **options
+) -> dict:
     """Call ``(0,)`` runs (and blocks); ``calls`` (tuples of items, in this order) then queue behind it; once all
-    are queued the first is released. Returns what each call got, and ``"order"``: the calls as they returned."""
+    are queued the first is released. Returns what each call got, and ``"order"``: the calls as they returned.
+    ``again``: the last caller's next call, made as soon as its first returns (its answer: both calls' results)."""
     threads, answers = start_threads(lambda items: batcher(items, **options), [(0,)])
     wait_until(lambda: len(run.calls) == 1)
     for n, items in enumerate(calls, start=2):
-        threads += start_threads(lambda items: batcher(items, **options), [items], answers)[0]
+        last = again and n == len(calls) + 1
+        work = (lambda items: batcher(items, **options) + batcher(again, **options)) if last else (
+            lambda items: batcher(items, **options))
+        threads += start_threads(work, [items], answers)[0]
         wait_until(lambda n=n: len(batcher._queue) == n)  # queued in this order (the running call is still queued)
     run.release.set()
     join_threads(threads)
@@ -169,13 +175,14 @@ def test_after_a_merged_batch_the_next_leader_waits_for_as_many_calls_to_join():
     assert {**answers, **more, **late, **last} == {x: x * 10 for x in range(7)}
 
 
-def test_a_leader_does_not_wait_for_joiners_when_the_budget_is_already_full():
+def test_a_short_caller_calling_again_shares_the_next_batch_with_a_long_call():
+    """After a batch that held a share of the long call and the short call, the next leader waits for two calls
+    although the long call alone would fill the budget, and the short caller's next call joins that batch."""
     run = BlockingRun()
-    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS, max_batch_cost=2)
-    answers = queue_behind_a_running_call(batcher, run, [(1,), (2,)])  # the batch after 0 merges two calls
-    long_call, got = start_threads(batcher, [(3, 4, 5, 6)])  # then one call alone, filling every batch
-    join_threads(long_call)
-    assert got[(3, 4, 5, 6)] == serial((3, 4, 5, 6)) and answers[(1,)] == [10]
+    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS, max_batch_cost=4)
+    answers = queue_behind_a_running_call(batcher, run, [(100, 101, 102, 103, 104), (1,)], again=(2,))
+    assert run.calls == [[0], [100, 101, 102, 1], [103, 104, 2]]  # each call's share in one piece
+    assert answers[(100, 101, 102, 103, 104)] == serial((100, 101, 102, 103, 104)) and answers[(1,)] == [10, 20]
 
 
 @pytest.mark.parametrize("settings", [{"wait_ms": -1}, {"wait_ms": "5"}, {"wait_ms": True}, {"max_batch_cost": 0},

@@ -56,7 +56,7 @@ class RequestBatcher:
 
     ``wait_ms`` > 0: after a batch that merged several calls (the callers are concurrent), the next leader first
     waits up to that long for as many calls to queue, so that the callers just answered, who call again, join it
-    instead of running alone; it does not wait when the budget is already full, and a lone caller never waits.
+    instead of running alone (or, behind a long call, waiting for one more batch); a lone caller never waits.
 
     Errors: when a batch of several calls raises an ``Exception``, each call's share of it runs again alone, so
     that each caller gets its results or the error its own items raise. A call interrupted (``KeyboardInterrupt``
@@ -179,13 +179,10 @@ class RequestBatcher:
         return self._queue[:end]
 
     def _wait_for_joiners(self) -> None:
-        """After a batch of several calls, wait up to ``wait_ms`` for as many to queue, unless the budget is full."""
+        """After a batch of several calls, wait up to ``wait_ms`` for as many to queue (also when a long call would fill
+        the budget alone: the callers just answered then share the next batch instead of waiting for one more)."""
         deadline = time.monotonic() + self.wait_ms / 1000
-        budget = math.inf if self.max_batch_cost is None else self.max_batch_cost
-        while (left := deadline - time.monotonic()) > 0:
-            calls = self._merging_calls()
-            if len(calls) >= self._last_size or sum(sum(c.costs[c.next:]) for c in calls) >= budget:
-                return
+        while len(self._merging_calls()) < self._last_size and (left := deadline - time.monotonic()) > 0:
             self._ready.wait(left)
 
     def _run_batch(self, batch: List[_Slice]) -> List[_Outcome]:
