@@ -1,5 +1,8 @@
 """examples/serve.py, the FastAPI app, served by uvicorn over real HTTP on 127.0.0.1: concurrent requests, one long
-text among short ones, each answered with what a serial ``nlp(text)`` gives."""
+text among short ones, each answered with what a serial ``nlp(text)`` gives.
+
+The app serves the reference fixture model here (its ``ELMO_OPTIONS_FILE`` / ``ELMO_WEIGHT_FILE``), whose vectors in
+a merged batch are those of a serial call within ``ROUNDING``, as the tests of merged calls show."""
 import os
 import subprocess
 import sys
@@ -15,6 +18,7 @@ import spacy
 from tests.conftest import ALLENNLP, ROUNDING, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+MODEL = {"options_file": str(ALLENNLP / "options.json"), "weight_file": str(ALLENNLP / "lm_weights.hdf5")}
 STARTUP_S = 120  # the longest the server may take to answer /health
 REQUEST_S = 120  # the longest one request may take, the long one among the others included
 
@@ -29,7 +33,8 @@ def _texts(n: int, seed: int, longest: int) -> list:
 def server():
     """The example app in a uvicorn process on a free port; the base URL once /health answers. Stopped after."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "ELMO_OPTIONS_FILE": MODEL["options_file"], "ELMO_WEIGHT_FILE": MODEL["weight_file"]}
     command = [sys.executable, "-m", "uvicorn", "serve:app", "--app-dir", "examples", "--host", "127.0.0.1",
                "--port", str(port)]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -58,7 +63,7 @@ def server():
 @pytest.fixture(scope="module")
 def nlp():
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo")
+    nlp.add_pipe("elmo", config={"model": MODEL})
     return nlp
 
 
