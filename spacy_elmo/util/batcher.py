@@ -59,7 +59,8 @@ class RequestBatcher:
     instead of running alone (or, behind a long call, waiting for one more batch); a lone caller never waits.
 
     Errors: when a batch of several calls raises an ``Exception``, each call's share of it runs again alone, so
-    that each caller gets its results or the error its own items raise. A call interrupted (``KeyboardInterrupt``
+    that each caller gets its results or the error its own items raise (a call that fails is done: its items not
+    yet run never run). A call interrupted (``KeyboardInterrupt``
     or any other ``BaseException``, while it waits or while it runs a batch) withdraws: its items not yet answered
     never run, and the shares of other calls in the batch it was running go back to the front of the queue for the
     next leader.
