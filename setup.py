@@ -32,8 +32,11 @@ setup(
     ],
     extras_require={
         # build: `spacy package` (the project's package step) builds the sdist with it
-        "test": ["pytest>=7", "hypothesis>=6", "matplotlib>=3.5", "ruff>=0.4", "build>=1"],
+        # fastapi, uvicorn, httpx: the example web app (examples/serve.py) served over HTTP in a slow test
+        "test": ["pytest>=7", "hypothesis>=6", "matplotlib>=3.5", "ruff>=0.4", "build>=1", "fastapi>=0.100",
+                 "uvicorn>=0.20", "httpx>=0.24"],
         "plot": ["matplotlib>=3.5"],
+        "serve": ["fastapi>=0.100", "uvicorn>=0.20"],
     },
     entry_points={
         "spacy_factories": ["elmo = spacy_elmo.pipeline.component:make_elmo"],

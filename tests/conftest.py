@@ -9,10 +9,12 @@ Tiers: tests marked ``slow`` (they start processes or take over ~5 s) are left o
 ``-m "not slow"``; ``--all`` runs them too.
 """
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
-from typing import List
+from typing import Callable, List, Optional, Tuple
 
 import pytest
 import torch
@@ -76,3 +78,56 @@ def allennlp_files():
 @pytest.fixture(scope="session")
 def bilm_tf_files():
     return BILM_TF / "options.json", BILM_TF / "lm_weights.hdf5"
+
+
+# --- calls from several Python threads at once (tests of the request batcher and its users) ---
+
+JOIN_TIMEOUT = 60  # seconds; a join that times out is the failure signal of a deadlock
+
+
+def start_threads(work: Callable, inputs: list, answers: Optional[dict] = None) -> Tuple[list, dict]:
+    """One thread per input running ``work(x)``; returns the threads and a dict input -> result or exception (a new
+    one, or ``answers``, filled as the calls return), in which ``"order"`` lists the inputs as their calls returned."""
+    answers = {} if answers is None else answers
+    answers.setdefault("order", [])
+
+    def call(x):
+        try:
+            answers[x] = work(x)
+        except BaseException as err:  # noqa: BLE001 - the test inspects what each caller got
+            answers[x] = err
+        answers["order"].append(x)
+
+    threads = [threading.Thread(target=call, args=(x,), daemon=True) for x in inputs]
+    for thread in threads:
+        thread.start()
+    return threads, answers
+
+
+def join_threads(threads: list) -> None:
+    for thread in threads:
+        thread.join(JOIN_TIMEOUT)
+    assert not any(thread.is_alive() for thread in threads), "a caller is still waiting: deadlock"
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Return once ``condition()`` holds (polled); fail after ``JOIN_TIMEOUT``."""
+    for _ in range(JOIN_TIMEOUT * 100):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("timed out waiting for the threads")
+
+
+def interrupt_main_thread() -> None:
+    """Ctrl-C for the main thread (SIGINT sent to it), from another thread."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+@pytest.fixture
+def ctrl_c_interrupts():
+    """Python's own Ctrl-C handler for the test's duration: a suite started in the background by a shell inherits
+    SIGINT ignored, and then no Ctrl-C would reach the waiting caller."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -106,6 +106,12 @@ CHECKS: Dict[str, Check] = {
         "elsewhere", extra="tests/pipeline/test_packaging.py::test_a_packaged_pipeline_installs_beside_spacy_elmo"),
     "python -c \"import spacy; spacy.load('en_ner_elmo')\"": Check(
         "elsewhere", extra="tests/pipeline/test_packaging.py::test_a_packaged_pipeline_installs_beside_spacy_elmo"),
+    # docs/usage.md: the example web app
+    'pip install -c constraints.txt -e ".[serve]"': Check("pip dry run"),
+    "uvicorn serve:app --app-dir examples --port 8000": Check(
+        "elsewhere", extra="tests/examples/test_serve.py::\"serve:app\", \"--app-dir\", \"examples\""),
+    "curl -s localhost:8000/embed -H 'content-type: application/json' -d '{\"text\": \"The cat sat on the mat.\"}'":
+        Check("elsewhere", extra="tests/examples/test_serve.py::.post(\"/embed\", json={\"text\": text"),
     # docs/cli.md, on the pipeline docs/usage.md trains
     'pip install -c constraints.txt -e ".[plot]"': Check("pip dry run"),
     "python -m spacy_elmo plot-mix training/ner/model-best mix.png": Check("as written", slow=True),

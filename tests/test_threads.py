@@ -1,7 +1,7 @@
 """The ``threads`` setting: torch's thread count during the biLM's calls only, restored after, 1 by default;
 and one embedder or pipeline used from several Python threads at once."""
-import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -11,9 +11,10 @@ import torch
 
 import spacy_elmo.pipeline.component as component_module
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.util.threads import RequestBatcher, torch_threads
+from spacy_elmo.errors import ElmoSettingsError
+from spacy_elmo.util.threads import torch_threads
 
-from tests.conftest import ALLENNLP, ROUNDING
+from tests.conftest import ALLENNLP, JOIN_TIMEOUT, ROUNDING, interrupt_main_thread, join_threads, start_threads, wait_until
 from tests.pipeline.conftest import elmo_config
 
 OUTSIDE = 3  # the process's own setting in these tests: neither the default 1 nor a value the tests ask for
@@ -43,8 +44,8 @@ def test_embedder_uses_its_threads_only_while_embedding(process_threads, allennl
     """No ``threads`` argument: the default, 1; ``None``: torch's own setting."""
     embedder = ElmoEmbedder(*allennlp_files, **settings)
     seen = []
-    embed = embedder._batches.forward
-    monkeypatch.setattr(embedder._batches, "forward", lambda *a: seen.append(torch.get_num_threads()) or embed(*a))
+    embed = embedder.runtime.batches.forward
+    monkeypatch.setattr(embedder.runtime.batches, "forward", lambda *a: seen.append(torch.get_num_threads()) or embed(*a))
     embedder.embed_sentence(["The", "cat", "sat"])
     assert seen == [during] and torch.get_num_threads() == OUTSIDE
 
@@ -127,138 +128,15 @@ def test_one_pipeline_shared_by_8_threads_gives_the_serial_vectors(cache_size):
     assert torch.get_num_threads() == 1  # torch_threads restored the conftest's setting after the threads
 
 
-# --- calls from several threads merged into one biLM batch (RequestBatcher) ---
-
-JOIN_TIMEOUT = 60  # seconds; a join that times out is the failure signal of a deadlock
-
-
-def _start(work, inputs: list) -> tuple:
-    """One thread per input running ``work(x)``; returns the threads and a dict input -> result or exception."""
-    answers: dict = {}
-
-    def call(x):
-        try:
-            answers[x] = work(x)
-        except BaseException as err:  # noqa: BLE001 - the test inspects what each caller got
-            answers[x] = err
-
-    threads = [threading.Thread(target=call, args=(x,), daemon=True) for x in inputs]
-    for thread in threads:
-        thread.start()
-    return threads, answers
-
-
-def _join(threads: list) -> None:
-    for thread in threads:
-        thread.join(JOIN_TIMEOUT)
-    assert not any(thread.is_alive() for thread in threads), "a caller is still waiting: deadlock"
-
-
-def _wait_until(condition) -> None:
-    for _ in range(6000):
-        if condition():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("timed out waiting for the threads to queue")
-
-
-class _BlockingRun:
-    """A batch function that records its inputs, blocks its first call until released, and can raise on an item."""
-
-    def __init__(self, raise_on=None, interrupt_once: bool = False):
-        self.calls, self.release = [], threading.Event()
-        self.raise_on, self.interrupt_once = raise_on, interrupt_once
-
-    def __call__(self, items: list) -> list:
-        self.calls.append(list(items))
-        if len(self.calls) == 1:
-            self.release.wait(JOIN_TIMEOUT)
-        elif self.interrupt_once:
-            self.interrupt_once = False
-            raise KeyboardInterrupt
-        if self.raise_on in items:
-            raise ValueError(f"bad item {self.raise_on}")
-        return [x * 10 for x in items]
-
-
-def _queue_behind_a_running_call(run: _BlockingRun, n_waiting: int):
-    """Call 0 runs (and blocks); calls 1..n_waiting then queue behind it; returns the batcher, threads and answers."""
-    batcher = RequestBatcher(run)
-    first, answers = _start(lambda x: batcher([x])[0], [0])
-    _wait_until(lambda: len(run.calls) == 1)
-    rest, more = _start(lambda x: batcher([x])[0], list(range(1, n_waiting + 1)))
-    _wait_until(lambda: len(batcher._queue) == n_waiting)
-    run.release.set()
-    _join(first + rest)
-    return {**answers, **more}
-
-
-def test_calls_arriving_during_a_batch_run_together_as_the_next_batch():
-    run = _BlockingRun()
-    answers = _queue_behind_a_running_call(run, 7)
-    assert run.calls[0] == [0] and sorted(run.calls[1]) == list(range(1, 8)) and len(run.calls) == 2
-    assert answers == {x: x * 10 for x in range(8)}
-
-
-def test_an_error_in_a_merged_batch_reaches_only_the_caller_whose_input_raised():
-    run = _BlockingRun(raise_on=3)
-    answers = _queue_behind_a_running_call(run, 7)
-    assert isinstance(answers.pop(3), ValueError)
-    assert answers == {x: x * 10 for x in range(8) if x != 3}
-
-
-def test_an_interrupted_leader_leaves_its_batch_to_the_waiting_threads():
-    """The second batch's leader gets KeyboardInterrupt; the other calls of that batch are answered all the same."""
-    run = _BlockingRun(interrupt_once=True)
-    answers = _queue_behind_a_running_call(run, 7)
-    interrupted = [x for x, answer in answers.items() if isinstance(answer, KeyboardInterrupt)]
-    assert len(interrupted) == 1
-    assert {x: a for x, a in answers.items() if x not in interrupted} == {x: x * 10 for x in range(8) if x not in interrupted}
-
-
-# A wait far beyond JOIN_TIMEOUT: a call that waited it out would show as a deadlock.
-LONG_WAIT_MS = 10 * JOIN_TIMEOUT * 1000
-
-
-def test_with_batch_wait_ms_a_lone_caller_never_waits():
-    run = _BlockingRun()
-    run.release.set()
-    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
-    callers, answers = _start(lambda xs: [batcher([x])[0] for x in xs], [(0, 1, 2)])
-    _join(callers)
-    assert answers == {(0, 1, 2): [0, 10, 20]} and run.calls == [[0], [1], [2]]
-
-
-def test_after_a_merged_batch_the_next_leader_waits_for_as_many_calls_to_join():
-    run = _BlockingRun()
-    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
-    first, answers = _start(lambda x: batcher([x])[0], [0])
-    _wait_until(lambda: len(run.calls) == 1)
-    merged, more = _start(lambda x: batcher([x])[0], [1, 2, 3])
-    _wait_until(lambda: len(batcher._queue) == 3)
-    run.release.set()
-    _join(first + merged)
-    leader, late = _start(lambda x: batcher([x])[0], [4])
-    _wait_until(lambda: batcher._leading)  # 4 leads, waiting for three calls as the batch before held
-    joining, last = _start(lambda x: batcher([x])[0], [5, 6])
-    _join(leader + joining)
-    assert [sorted(c) for c in run.calls] == [[0], [1, 2, 3], [4, 5, 6]]
-    assert {**answers, **more, **late, **last} == {x: x * 10 for x in range(7)}
-
-
-@pytest.mark.parametrize("bad", [-1, "5", True])
-def test_bad_batch_waits_are_refused(bad):
-    with pytest.raises(ValueError, match="batch_wait_ms"):
-        RequestBatcher(list, wait_ms=bad)
-
+# --- calls from several threads merged into one biLM batch (batch_requests; tests/test_batcher.py tests the batcher) ---
 
 def test_8_threads_one_sentence_each_on_a_shared_embedder_give_the_serial_vectors(allennlp_files):
     """Within float32 rounding (ROUNDING): a merged batch pads and orders rows differently."""
     sentences = [tuple(s) for s in _thread_sentences(8, seed=11)]
     serial = ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)
     shared = ElmoEmbedder(*allennlp_files)
-    threads, answers = _start(lambda s: shared.embed_sentence(list(s)), sentences)
-    _join(threads)
+    threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences)
+    join_threads(threads)
     for sentence, expected in zip(sentences, serial):
         np.testing.assert_allclose(answers[sentence], expected, **ROUNDING)
 
@@ -268,8 +146,8 @@ def test_8_threads_one_doc_each_on_a_shared_pipeline_give_the_serial_vectors():
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config())
     serial = {text: doc._.elmo for text, doc in zip(texts, nlp.pipe(texts, batch_size=1))}
-    threads, answers = _start(lambda text: nlp(text)._.elmo, texts)
-    _join(threads)
+    threads, answers = start_threads(lambda text: nlp(text)._.elmo, texts)
+    join_threads(threads)
     for text in texts:
         np.testing.assert_allclose(answers[text], serial[text], **ROUNDING)
 
@@ -288,8 +166,9 @@ def test_a_doc_that_raises_fails_its_own_call_and_no_other(monkeypatch):
         return predict(docs)
 
     monkeypatch.setattr(elmo, "_predict", failing)
-    threads, answers = _start(lambda text: nlp(text)._.elmo, texts)
-    _join(threads)
+    threads, answers = start_threads(lambda text: nlp(text)._.elmo, texts)
+    join_threads(threads)
+    answers.pop("order")
     assert isinstance(answers.pop(texts[5]), RuntimeError)
     for text, vectors in answers.items():
         np.testing.assert_allclose(vectors, serial[text], **ROUNDING)
@@ -300,7 +179,7 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
     sentences = [tuple(s) for s in _thread_sentences(8, seed=14)]
     shared = ElmoEmbedder(*allennlp_files, stateful=True)
     order, running, overlap = [], [], []
-    forward = shared._batches.forward
+    forward = shared.runtime.batches.forward
 
     def recording(batch, cap):
         running.append(1)
@@ -311,9 +190,9 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
         finally:
             running.pop()
 
-    shared._batches.forward = recording
-    threads, answers = _start(lambda s: shared.embed_sentence(list(s)), sentences)
-    _join(threads)
+    shared.runtime.batches.forward = recording
+    threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences)
+    join_threads(threads)
     assert max(overlap) == 1 and all(len(call) == 1 for call in order)
     replay = ElmoEmbedder(*allennlp_files, stateful=True)
     for (sentence,) in order:
@@ -335,32 +214,105 @@ def test_a_stateful_pipeline_runs_calls_one_at_a_time(monkeypatch):
             running.pop()
 
     monkeypatch.setattr(elmo, "_predict", recording)
-    threads, answers = _start(lambda text: nlp(text)._.elmo.shape, [" ".join(s) for s in _thread_sentences(8, seed=15)])
-    _join(threads)
+    threads, answers = start_threads(lambda text: nlp(text)._.elmo.shape, [" ".join(s) for s in _thread_sentences(8, seed=15)])
+    join_threads(threads)
     assert sizes == [(1, 1)] * 8 and not any(isinstance(a, BaseException) for a in answers.values())
 
 
-@pytest.fixture
-def ctrl_c_interrupts():
-    """Python's own Ctrl-C handler for the test's duration: a suite started in the background by a shell inherits
-    SIGINT ignored, and then no Ctrl-C would reach the waiting caller."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
-def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batcher_goes_on(ctrl_c_interrupts):
-    """The main thread waits behind a running batch and gets SIGINT (Ctrl-C): KeyboardInterrupt reaches it, its items
-    never run, and the next calls are served."""
-    run = _BlockingRun()
-    batcher = RequestBatcher(run)
-    first, answers = _start(lambda x: batcher([x])[0], [0])
-    _wait_until(lambda: len(run.calls) == 1)
-    main = threading.main_thread().ident
-    threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT)).start()
+def test_after_ctrl_c_in_the_middle_of_a_stateful_call_the_next_call_is_an_uninterrupted_embedders(
+    allennlp_files, monkeypatch, ctrl_c_interrupts
+):
+    """Ctrl-C after the biLM has run the first call's sentence, before the call returns: the state it would carry is
+    dropped with the call, and the next call runs alone (the abandoned one is not run again) and gives what a fresh
+    stateful embedder gives."""
+    first, second = [list(s) for s in _thread_sentences(2, seed=16)]
+    shared = ElmoEmbedder(*allennlp_files, stateful=True)
+    encode, ran, reached = shared.encoder.encode, [], threading.Event()
+
+    def interrupted_once(sentences, *args):
+        ran.append([list(s) for s in sentences])
+        final = encode(sentences, *args)
+        if len(ran) == 1:
+            reached.set()
+            for _ in range(JOIN_TIMEOUT * 100):  # Ctrl-C arrives here (short sleeps: each returns to Python)
+                time.sleep(0.01)
+        return final
+
+    monkeypatch.setattr(shared.encoder, "encode", interrupted_once)
+    threading.Thread(target=lambda: reached.wait(JOIN_TIMEOUT) and interrupt_main_thread(), daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        batcher([1])
-    assert batcher._queue == []
-    run.release.set()
-    _join(first)
-    assert answers == {0: 0} and batcher([2]) == [20] and run.calls == [[0], [2]]
+        shared.embed_sentence(first)
+    got = shared.embed_sentence(second)
+    assert ran == [[first], [second]]
+    np.testing.assert_array_equal(got, ElmoEmbedder(*allennlp_files, stateful=True).embed_sentence(second))
+
+
+def test_after_ctrl_c_in_a_merged_batch_every_other_caller_gets_its_own_vectors(allennlp_files, monkeypatch):
+    """The thread running the merged batch of seven calls is interrupted (KeyboardInterrupt in its biLM call): its own
+    call raises it, the six others get their serial vectors, and none is left waiting (a deadlock fails the join)."""
+    sentences = [tuple(s) for s in _thread_sentences(8, seed=17)]
+    serial = dict(zip(sentences, ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)))
+    shared = ElmoEmbedder(*allennlp_files)
+    forward, calls, release = shared.runtime.batches.forward, [], threading.Event()
+
+    def blocking_then_interrupted(batch, cap):
+        calls.append(len(batch))
+        if len(calls) == 1:
+            release.wait(JOIN_TIMEOUT)
+        elif len(calls) == 2:
+            raise KeyboardInterrupt
+        return forward(batch, cap)
+
+    monkeypatch.setattr(shared.runtime.batches, "forward", blocking_then_interrupted)
+    threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[:1])
+    wait_until(lambda: len(calls) == 1)
+    threads += start_threads(lambda s: shared.embed_sentence(list(s)), sentences[1:], answers)[0]
+    wait_until(lambda: len(shared.runtime.batcher._queue) == 8)
+    release.set()
+    join_threads(threads)
+    answers.pop("order")
+    interrupted = [s for s, answer in answers.items() if isinstance(answer, KeyboardInterrupt)]
+    assert calls[1] == 7 and len(interrupted) == 1
+    for sentence in set(sentences) - set(interrupted):
+        np.testing.assert_allclose(answers[sentence], serial[sentence], **ROUNDING)
+
+
+@pytest.mark.parametrize("bad", [-1, "5", True])
+def test_bad_batch_waits_are_refused(allennlp_files, bad):
+    with pytest.raises(ElmoSettingsError, match="batch_wait_ms"):
+        ElmoEmbedder(*allennlp_files, batch_wait_ms=bad)
+
+
+def test_a_long_call_shares_batches_of_max_batch_tokens_with_short_ones_and_all_get_the_serial_vectors(
+    allennlp_files, monkeypatch
+):
+    """40 sentences in one call and 7 one-sentence calls, queued behind a running call: every biLM call holds at most
+    ``max_batch_tokens`` tokens (markers included), and every short call is answered before the long one."""
+    sentences = [tuple(s) for s in _thread_sentences(48, seed=18)]
+    long_call, shorts = tuple(sentences[:40]), sentences[40:47]
+    serial = dict(zip(sentences, ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)))
+    shared = ElmoEmbedder(*allennlp_files, max_batch_tokens=120)
+    forward, batches, release = shared.runtime.batches.forward, [], threading.Event()
+
+    def blocking_first(batch, cap):
+        batches.append([tuple(s) for s in batch])
+        if len(batches) == 1:
+            release.wait(JOIN_TIMEOUT)
+        return forward(batch, cap)
+
+    monkeypatch.setattr(shared.runtime.batches, "forward", blocking_first)
+    threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[47:])
+    wait_until(lambda: len(batches) == 1)
+    threads += start_threads(lambda call: shared.embed_batch([list(s) for s in call]), [long_call], answers)[0]
+    wait_until(lambda: len(shared.runtime.batcher._queue) == 2)
+    threads += start_threads(lambda s: shared.embed_sentence(list(s)), shorts, answers)[0]
+    wait_until(lambda: len(shared.runtime.batcher._queue) == 9)
+    release.set()
+    join_threads(threads)
+    assert all(sum(len(s) + 2 for s in batch) <= 120 for batch in batches)
+    batch_of = {sentence: i for i, batch in enumerate(batches) for sentence in batch}
+    assert max(batch_of[s] for s in shorts) < batch_of[long_call[-1]]
+    for sentence, got in [*zip(long_call, answers[long_call]), *((s, answers[s]) for s in shorts)]:
+        np.testing.assert_allclose(got, serial[sentence], **ROUNDING)

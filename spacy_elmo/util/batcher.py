@@ -1,39 +1,79 @@
-"""Calls from several threads merged into one batch: opportunistic dynamic batching (provisional copy)."""
+"""Calls from several threads served together, in batches bounded by a cost budget: :class:`RequestBatcher`.
+
+A service shares one model between threads. Running each call alone wastes the model's batching; running everything
+queued as one batch makes a short call wait for a long one queued before it. The batcher does neither: each step
+runs one batch of at most ``max_batch_cost`` (items' costs summed, e.g. tokens), filled from the queued calls in
+turn, one item of each call per round, oldest call first, so that a long call is cut into pieces that interleave
+with the short ones (the token budget per step of chunked prefill, as in vLLM and Sarathi-Serve). A call returns
+when all its items are done.
+
+Nothing here knows what the items are: ``run`` maps a list of items to one result per item.
+"""
+import math
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from .numbers import is_number
+
+# One step's share of a call: the call, and the range of its items the step runs.
+_Slice = Tuple["_Request", int, int]
+# What came back for a slice: its results, or the error running it raised.
+_Outcome = Tuple[_Slice, Optional[List[Any]], Optional[Exception]]
 
 
 class _Request:
-    """One caller's items, and what came back for them: their results or the error they raised."""
+    """One caller's items, their costs, how far the batches have got through them, and what came back."""
 
-    def __init__(self, items: Sequence[Any], merge: bool):
+    def __init__(self, items: List[Any], merge: bool, costs: List[int]):
         self.items = items
         self.merge = merge
-        self.done = False
-        self.results: List[Any] = []
-        self.error: Optional[BaseException] = None
+        self.costs = costs
+        self.next = 0  # items before it are answered, or running in the current batch
+        self.results: List[Any] = [None] * len(items)
+        self.error: Optional[Exception] = None
+        self.done = False  # answered, failed or withdrawn; changed only under the batcher's lock
+
+    def left(self) -> int:
+        return len(self.items) - self.next
 
 
 class RequestBatcher:
-    """Calls from several threads that arrive together, run as one batch: opportunistic dynamic batching.
+    """Calls from several threads that arrive together, run in shared batches: opportunistic dynamic batching.
 
-    ``run`` maps a list of items to one result per item, each result independent of the others in the list (the
-    biLM's stateless mode), so that merging calls changes no result. A call finding nothing running runs at once;
-    calls arriving while a batch runs are queued, and everything queued then runs as the next batch, led by one of
-    the waiting threads. ``wait_ms`` > 0: when the batch before merged several calls (the callers are concurrent),
-    the next leader first waits up to that long for as many calls as that batch held to queue, so that the
-    callers it answered, who call again, join it instead of each running alone; a lone caller never waits.
+    ``run`` maps a list of items to one result per item, each result independent of the others in the list, so that
+    merging or cutting calls changes no result. One thread at a time runs a batch (the leader: one of the callers
+    whose items are not all answered); a call finding nothing running runs at once.
 
-    Errors: when a merged batch raises an ``Exception``, each call in it is run again alone, so each caller gets its
-    own results or the error its own items raise. When the leader is interrupted (``KeyboardInterrupt`` or any other
-    ``BaseException``) the interruption is its own: the calls it had not answered are queued again for another
-    waiting thread to lead, and nobody waits for a leader that is gone.
+    ``max_batch_cost``: the most a batch holds, in the summed costs of its items (``cost`` of each call: a callable
+    item -> int; without it each item costs 1); None: no bound, everything queued runs as one batch. A batch is
+    filled from the queued calls in turn, oldest first, one item of each per round, so that calls arriving behind a
+    long one get into the next batch instead of waiting for all of it. An item costing more than the budget runs
+    in a batch of its own.
+
+    ``merge=False``: the call's items run alone, all in one ``run``, by the calling thread, after the calls queued
+    before it and before those queued after it (for a stateful model, whose results depend on what ran before).
+
+    ``wait_ms`` > 0: after a batch that merged several calls (the callers are concurrent), the next leader first
+    waits up to that long for as many calls to queue, so that the callers just answered, who call again, join it
+    instead of running alone (or, behind a long call, waiting for one more batch); a lone caller never waits.
+
+    Errors: when a batch of several calls raises an ``Exception``, each call's share of it runs again alone, so
+    that each caller gets its results or the error its own items raise (a call that fails is done: its items not
+    yet run never run). A call interrupted (``KeyboardInterrupt``
+    or any other ``BaseException``, while it waits or while it runs a batch) withdraws: its items not yet answered
+    never run, and the shares of other calls in the batch it was running go back to the front of the queue for the
+    next leader.
 
     Safe to use from several threads: that is its purpose. A copy or pickle gets a new, empty queue.
     """
 
     def __init__(self, run: Callable[[List[Any]], List[Any]], wait_ms: float = 0.0, max_batch_cost: Optional[int] = None):
+        if not is_number(wait_ms) or not wait_ms >= 0:
+            raise ValueError(f"wait_ms must be a number of milliseconds >= 0, found {wait_ms!r}")
+        if max_batch_cost is not None and (not isinstance(max_batch_cost, int) or isinstance(max_batch_cost, bool)
+                                           or max_batch_cost < 1):
+            raise ValueError(f"max_batch_cost must be a positive integer or None, found {max_batch_cost!r}")
         self.run = run
         self.wait_ms = float(wait_ms)
         self.max_batch_cost = max_batch_cost
@@ -41,7 +81,7 @@ class RequestBatcher:
 
     def _init_queue(self) -> None:
         self._ready = threading.Condition()
-        self._queue: List[_Request] = []
+        self._queue: List[_Request] = []  # calls not done, in the order they arrived
         self._leading = False
         self._last_size = 1  # calls in the batch before: more than one means concurrent callers
 
@@ -53,83 +93,140 @@ class RequestBatcher:
         self._init_queue()
 
     def __call__(self, items: Sequence[Any], merge: bool = True, cost: Optional[Callable[[Any], int]] = None) -> List[Any]:
-        """``run``'s results for ``items``, computed in one batch with whatever other calls are waiting.
-
-        ``merge=False``: run these items alone, one call at a time, in turn with the batches (for a stateful biLM,
-        whose results depend on what ran before and with them).
-        """
-        request = _Request(items, merge)
+        """``run``'s results for ``items``, one per item, computed in batches shared with the other waiting calls."""
+        items = list(items)
+        if not items:
+            return []
+        request = _Request(items, merge, [1] * len(items) if cost is None else [cost(item) for item in items])
         with self._ready:
             self._queue.append(request)
             self._ready.notify_all()  # a leader may be waiting for calls to join
-        while True:  # a call may lead a batch without its own items in it (a merge=False call went first)
+        try:
+            while self._step(request):
+                pass
+        except BaseException:
             with self._ready:
-                try:
-                    while not request.done and self._leading:
-                        self._ready.wait()
-                except BaseException:  # interrupted while waiting: withdraw the call if no batch took it yet
-                    if request in self._queue:
-                        self._queue.remove(request)
-                    raise
-                if request.done:
-                    break
-                self._leading = True
-            self._lead()
+                self._finish(request)
+                self._ready.notify_all()
+            raise
         if request.error is not None:
             raise request.error
         return request.results
 
-    def _lead(self) -> None:
-        """Run the next batch from the queue, then hand leadership on."""
-        batch: List[_Request] = []
+    def _step(self, request: _Request) -> bool:
+        """Wait until ``request`` is done (False) or this thread may lead, then run one batch (True)."""
+        leading = False
+        batch: List[_Slice] = []
         try:
-            deadline = time.monotonic() + self.wait_ms / 1000
             with self._ready:
-                while len(self._queue) < self._last_size and (left := deadline - time.monotonic()) > 0:
-                    self._ready.wait(left)
-                batch = _next_batch(self._queue)
-                self._last_size = sum(1 for request in batch if request.merge)
-            self._run_batch(batch)
+                while not request.done and not self._may_lead(request):
+                    self._ready.wait()
+                if request.done:
+                    return False
+                self._leading = leading = True
+                batch = self._take_batch(request)
+            outcomes = self._run_batch(batch)
+            with self._ready:
+                self._settle(outcomes)
+                batch = []
+            return True
         finally:
-            with self._ready:
-                self._queue[:0] = [r for r in batch if not r.done]
-                self._leading = False
-                self._ready.notify_all()
+            if leading:
+                with self._ready:
+                    for share, start, _ in batch:  # not answered (interrupted): back to the queue as they were
+                        share.next = start
+                    self._leading = False
+                    self._ready.notify_all()
 
-    def _run_batch(self, batch: List["_Request"]) -> None:
-        """Answer every call of the batch: all in one ``run``, or on an error each call alone."""
+    def _may_lead(self, request: _Request) -> bool:
+        """Nobody leads, and ``request``'s thread may run the next batch."""
+        return not self._leading and self._open_to(request)
+
+    def _open_to(self, request: _Request) -> bool:
+        """The next batch is not another thread's ``merge=False`` call, which only its own caller runs."""
+        return self._queue[0].merge or self._queue[0] is request
+
+    def _take_batch(self, request: _Request) -> List[_Slice]:
+        """The next batch, its items marked as taken: the head call alone if it does not merge, else shares of the
+        merging calls up to the first that does not, filled in turn up to the budget. Called by the leader under
+        the lock."""
+        if self._queue[0].merge:
+            self._wait_for_joiners()
+            if not self._open_to(request):  # a call withdrew while the leader waited
+                return []
+        head = self._queue[0]
+        if not head.merge:
+            head.next = len(head.items)
+            self._last_size = 0
+            return [(head, 0, len(head.items))]
+        calls = self._merging_calls()
+        starts = {id(call): call.next for call in calls}
+        budget = math.inf if self.max_batch_cost is None else self.max_batch_cost
+        used, added = 0, True
+        while added:
+            added = False
+            for call in calls:
+                if call.left() and (used == 0 or used + call.costs[call.next] <= budget):
+                    used += call.costs[call.next]
+                    call.next += 1
+                    added = True
+        batch = [(call, starts[id(call)], call.next) for call in calls if call.next > starts[id(call)]]
+        self._last_size = len(batch)
+        return batch
+
+    def _merging_calls(self) -> List[_Request]:
+        """The queued calls that may share the next batch: those before the first ``merge=False`` call."""
+        end = next((i for i, call in enumerate(self._queue) if not call.merge), len(self._queue))
+        return self._queue[:end]
+
+    def _wait_for_joiners(self) -> None:
+        """After a batch of several calls, wait up to ``wait_ms`` for as many to queue (also when a long call would fill
+        the budget alone: the callers just answered then share the next batch instead of waiting for one more)."""
+        deadline = time.monotonic() + self.wait_ms / 1000
+        while len(self._merging_calls()) < self._last_size and (left := deadline - time.monotonic()) > 0:
+            self._ready.wait(left)
+
+    def _run_batch(self, batch: List[_Slice]) -> List[_Outcome]:
+        """Each share's results: all in one ``run``; on an error, each call's share alone."""
+        if not batch:
+            return []
         try:
-            results = self.run([item for request in batch for item in request.items])
+            results = self.run([item for call, start, end in batch for item in call.items[start:end]])
         except Exception as err:
             if len(batch) == 1:
-                _answer(batch[0], error=err)
-                return
-            for request in batch:
-                try:
-                    _answer(request, results=self.run(list(request.items)))
-                except Exception as own_err:
-                    _answer(request, error=own_err)
-            return
-        start = 0
-        for request in batch:
-            _answer(request, results=results[start : start + len(request.items)])
-            start += len(request.items)
+                return [(batch[0], None, err)]
+            return [self._run_alone(share) for share in batch]
+        outcomes: List[_Outcome] = []
+        at = 0
+        for share in batch:
+            size = share[2] - share[1]
+            outcomes.append((share, list(results[at : at + size]), None))
+            at += size
+        return outcomes
 
+    def _run_alone(self, share: _Slice) -> _Outcome:
+        call, start, end = share
+        try:
+            return share, list(self.run(call.items[start:end])), None
+        except Exception as err:
+            return share, None, err
 
-def _next_batch(queue: List[_Request]) -> List[_Request]:
-    """Take the next batch off the queue: a ``merge=False`` call at its head alone, else the mergeable calls up to
-    the first that is not."""
-    if not queue[0].merge:
-        return [queue.pop(0)]
-    end = next((i for i, request in enumerate(queue) if not request.merge), len(queue))
-    batch = queue[:end]
-    del queue[:end]
-    return batch
+    def _settle(self, outcomes: List[_Outcome]) -> None:
+        """Give each call of the batch its results or its error; calls answered in full are done. Under the lock."""
+        for (call, start, end), results, error in outcomes:
+            if call.done:  # withdrawn while the batch ran
+                continue
+            if error is not None:
+                call.error = error
+                self._finish(call)
+            else:
+                call.results[start:end] = results
+                if not call.left():
+                    self._finish(call)
+        self._ready.notify_all()
 
-
-def _answer(request: _Request, results: Optional[List[Any]] = None, error: Optional[BaseException] = None) -> None:
-    request.results = [] if results is None else list(results)
-    request.error = error
-    request.done = True
-
-
+    def _finish(self, request: _Request) -> None:
+        """Take ``request`` off the queue, done (its items not taken yet never run). Under the lock."""
+        request.done = True
+        if request in self._queue:
+            self._queue.remove(request)

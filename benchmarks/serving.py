@@ -1,0 +1,247 @@
+"""Serving measurements: requests from several threads to one model, as in a web app.
+
+``long``: how long short requests wait when a long one is among them. ``--threads`` threads send one UD English-EWT
+dev sentence per call to one shared ``ElmoEmbedder``; first alone (their p50/p95 latency and words/s), then while
+one more thread sends one call of ``--long-words`` words (UD-EWT train sentences). The calls go through the request
+batcher that ``batch_requests`` uses, with a budget per merged batch (``--budgets``, in tokens), through one without
+a bound (every queued call in one batch, as before budgets), and straight to the biLM (``batch_requests`` off); the
+modes alternate, so that they are compared in one run on the same load.
+
+    python benchmarks/serving.py long
+
+``http``: the example web app (examples/serve.py: FastAPI + uvicorn, one shared ``nlp``) over HTTP on 127.0.0.1:
+``--clients`` threads post UD-EWT dev sentences to ``/embed``; requests/s, p50/p95 latency and words/s against
+``nlp.pipe`` on the same texts in this process; then the same with one ``--long-words`` request among them.
+Needs the ``serve`` extra (``pip install -e ".[serve]"``).
+
+    python benchmarks/serving.py http
+
+The model is the English one embedded in the package, on one torch thread (the default). Results print as Markdown.
+"""
+import argparse
+import functools
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_embed import UD, _cpu_model, read_conllu  # noqa: E402
+
+from spacy_elmo.util.batcher import RequestBatcher  # noqa: E402
+from spacy_elmo.util.threads import DEFAULT_BATCH_WAIT_MS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def short_requests() -> List[List[str]]:
+    """The short requests: UD-EWT dev sentences, one per request."""
+    return read_conllu(UD / "en_ewt-ud-dev.conllu")
+
+
+def long_request(words: int) -> List[List[str]]:
+    """UD-EWT train sentences from the start, until they hold ``words`` words."""
+    sentences, total = [], 0
+    for sentence in read_conllu(UD / "en_ewt-ud-train.conllu"):
+        if total >= words:
+            break
+        sentences.append(sentence)
+        total += len(sentence)
+    return sentences
+
+
+def percentile(values: List[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def closed_loop(send: Callable[[object], object], shares: List[list], stop: Optional[threading.Event] = None) -> dict:
+    """One thread per share sending its requests one after the other (all starting together); with ``stop``, each
+    cycles through its share until ``stop`` is set. Returns each request's latency (s) and the wall time (s)."""
+    latencies: List[float] = []
+    barrier = threading.Barrier(len(shares) + 1)
+
+    def client(share: list) -> None:
+        barrier.wait()
+        n = 0
+        while (stop is None and n < len(share)) or (stop is not None and not stop.is_set()):
+            start = time.perf_counter()
+            send(share[n % len(share)])
+            latencies.append(time.perf_counter() - start)
+            n += 1
+
+    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    if stop is None:
+        for thread in threads:
+            thread.join()
+    return {"latencies": latencies, "threads": threads, "start": start}
+
+
+def long_modes(embedder, budgets: List[int]) -> Dict[str, Callable[[List[List[str]]], object]]:
+    """How the threads call the biLM: through a batcher with each budget (a sentence costs its tokens + 2), through
+    one without a bound (merged calls as one batch, as before bounded batches), and each on its own."""
+    modes = {f"merged, budget {b}": RequestBatcher(embedder.embed_batch, DEFAULT_BATCH_WAIT_MS, max_batch_cost=b)
+             for b in budgets}
+    unbounded = RequestBatcher(embedder.embed_batch, DEFAULT_BATCH_WAIT_MS)
+    calls = {mode: functools.partial(batcher, cost=padded_tokens) for mode, batcher in modes.items()}
+    return {"merged, no bound (before)": unbounded, **calls, "not merged": embedder.embed_batch}
+
+
+def padded_tokens(sentence: List[str]) -> int:
+    return len(sentence) + 2
+
+
+def long_rounds(args: argparse.Namespace) -> Dict[str, Dict[str, list]]:
+    """Per mode and round: the short calls' latencies alone and while the long call runs, short words/s alone, and
+    the long call's seconds. The modes alternate within each round."""
+    from spacy_elmo import ElmoEmbedder
+
+    embedder = ElmoEmbedder(batch_requests=False)  # the modes batch (or not) around it
+    shorts, long = short_requests(), long_request(args.long_words)
+    shares = [shorts[i :: args.threads][: args.requests] for i in range(args.threads)]
+    words = sum(len(s) for share in shares for s in share)
+    embedder.embed_batch(shorts[:200])  # warm-up
+    modes = long_modes(embedder, [int(b) for b in args.budgets.split(",")])
+    results: Dict[str, Dict[str, list]] = {mode: {"alone": [], "with long": [], "words/s": [], "long s": []}
+                                           for mode in modes}
+    for _ in range(args.rounds):
+        for mode, call in modes.items():
+            alone = closed_loop(lambda s, call=call: call([s]), shares)
+            results[mode]["words/s"].append(words / (time.perf_counter() - alone["start"]))
+            results[mode]["alone"] += alone["latencies"]
+            stop = threading.Event()
+            mixed = closed_loop(lambda s, call=call: call([s]), shares, stop)
+            start = time.perf_counter()
+            call(long)
+            results[mode]["long s"].append(time.perf_counter() - start)
+            stop.set()
+            for thread in mixed["threads"]:
+                thread.join()
+            results[mode]["with long"] += mixed["latencies"]
+    return results
+
+
+def long_report(args: argparse.Namespace) -> None:
+    results = long_rounds(args)
+    print(f"command: python {' '.join(sys.argv)}\nmachine: {_cpu_model()}, load average {os.getloadavg()[0]:.2f}")
+    print(f"{args.threads} threads, one UD-EWT dev sentence per call to one ElmoEmbedder, {args.requests} calls each "
+          f"alone; then cycling while one more call of {args.long_words:,} words (UD-EWT train) runs; {args.rounds} "
+          "rounds, the modes alternating; latencies pooled over the rounds, words/s their median\n")
+    print("| mode | short p50 alone | short p95 alone | short words/s alone | short p50 with long | short p95 with long "
+          "| p95 with / alone | long call s |")
+    print("| --- |" + " ---: |" * 7)
+    for mode, r in results.items():
+        p95, p95_mixed = percentile(r["alone"], 0.95), percentile(r["with long"], 0.95)
+        print(f"| {mode} | {percentile(r['alone'], .5) * 1000:.0f} ms | {p95 * 1000:.0f} ms | "
+              f"{statistics.median(r['words/s']):,.0f} | {percentile(r['with long'], .5) * 1000:.0f} ms | "
+              f"{p95_mixed * 1000:.0f} ms | {p95_mixed / p95:.1f} | {statistics.median(r['long s']):.1f} |")
+
+
+@contextmanager
+def example_server(startup_s: float = 120) -> Iterator[str]:
+    """examples/serve.py under uvicorn on a free port of 127.0.0.1 (this checkout's package first on the path); its
+    base URL once ``/health`` answers. Stopped after."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "uvicorn", "serve:app", "--app-dir", str(ROOT / "examples"), "--host",
+               "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    server = subprocess.Popen(command, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_s
+        while True:
+            if server.poll() is not None:
+                raise SystemExit("the example server exited; is the serve extra installed (pip install -e \".[serve]\")?")
+            try:
+                httpx.get(f"{url}/health", timeout=5).raise_for_status()
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the example server did not answer within {startup_s} s") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def http_report(args: argparse.Namespace) -> None:
+    """Requests/s, latency and words/s of the example app against ``nlp.pipe``; then with a long request among them."""
+    import httpx
+    import spacy
+
+    texts = [" ".join(s) for s in short_requests()][: args.requests]
+    long_text = " ".join(" ".join(s) for s in long_request(args.long_words))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    words = sum(len(doc) for doc in nlp.pipe(texts))  # also fills the token cache, as the server's fills below
+    start = time.perf_counter()
+    list(nlp.pipe(texts))
+    pipe_rate = words / (time.perf_counter() - start)
+    shares = [texts[i :: args.clients] for i in range(args.clients)]
+    limits = httpx.Limits(max_connections=args.clients + 1)
+    with example_server() as url, httpx.Client(base_url=url, timeout=600, limits=limits) as client:
+        def send(text: str) -> None:
+            client.post("/embed", json={"text": text}).raise_for_status()
+
+        closed_loop(send, shares)  # warm-up: the server's token cache fills on the texts
+        alone = closed_loop(send, shares)
+        wall = time.perf_counter() - alone["start"]
+        stop = threading.Event()
+        mixed = closed_loop(send, shares, stop)
+        start = time.perf_counter()
+        send(long_text)
+        long_s = time.perf_counter() - start
+        stop.set()
+        for thread in mixed["threads"]:
+            thread.join()
+    print(f"command: python {' '.join(sys.argv)}\nmachine: {_cpu_model()}, load average {os.getloadavg()[0]:.2f}")
+    print(f"examples/serve.py (uvicorn, one process) on 127.0.0.1; {args.clients} client threads in the benchmark's "
+          f"process post {len(texts)} UD-EWT dev sentences ({words:,} words) to /embed, one per request; nlp.pipe: "
+          "the same texts, same pipeline, in the benchmark's process while the server idles; then the clients cycle "
+          f"while one more request of {args.long_words:,} words runs\n")
+    print("| requests/s | p50 | p95 | words/s | x nlp.pipe | p50 with long | p95 with long | long request s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    lat, mix = alone["latencies"], mixed["latencies"]
+    print(f"| {len(texts) / wall:.1f} | {percentile(lat, .5) * 1000:.0f} ms | {percentile(lat, .95) * 1000:.0f} ms | "
+          f"{words / wall:,.0f} | {words / wall / pipe_rate:.2f} | {percentile(mix, .5) * 1000:.0f} ms | "
+          f"{percentile(mix, .95) * 1000:.0f} ms | {long_s:.1f} |")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    long = commands.add_parser("long", help="short requests' latency with and without a long one (ElmoEmbedder)")
+    long.add_argument("--threads", type=int, default=7, help="threads sending short requests")
+    long.add_argument("--requests", type=int, default=40, help="short requests per thread, alone")
+    long.add_argument("--long-words", type=int, default=30000, help="words of the long request")
+    long.add_argument("--budgets", default="4096,1024", help="comma-separated budgets of merged batches (tokens)")
+    long.add_argument("--rounds", type=int, default=2, help="rounds of all modes")
+    http = commands.add_parser("http", help="the example web app over HTTP (needs the serve extra)")
+    http.add_argument("--clients", type=int, default=8, help="client threads")
+    http.add_argument("--requests", type=int, default=400, help="short requests (UD-EWT dev sentences)")
+    http.add_argument("--long-words", type=int, default=30000, help="words of the long request")
+    args = parser.parse_args(argv)
+    if args.command == "long":
+        long_report(args)
+    else:
+        http_report(args)
+
+
+if __name__ == "__main__":
+    main()

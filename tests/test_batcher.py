@@ -1,0 +1,214 @@
+"""The request batcher: calls from several threads run in shared batches bounded by a cost budget, each call getting
+exactly what a serial run gives it, errors and interrupts staying with their own caller.
+
+The batch function here is a fake: ``x -> 10 * x``, recording each batch and blocking the first until released,
+so that the tests queue calls behind a running batch without sleeping."""
+import math
+import pickle
+import threading
+
+import pytest
+
+from spacy_elmo.util.batcher import RequestBatcher
+
+from tests.conftest import JOIN_TIMEOUT, interrupt_main_thread, join_threads, start_threads, wait_until
+
+
+class BlockingRun:
+    """A batch function that records its inputs, blocks its first call until released, and can raise on an item
+    (``ValueError``) or, once, on its second call (``KeyboardInterrupt``, as a Ctrl-C in the thread running it)."""
+
+    def __init__(self, raise_on=None, interrupt_once: bool = False):
+        self.calls, self.threads, self.release = [], [], threading.Event()
+        self.raise_on, self.interrupt_once = raise_on, interrupt_once
+
+    def __call__(self, items: list) -> list:
+        self.calls.append(list(items))
+        self.threads.append(threading.current_thread())
+        if len(self.calls) == 1:
+            self.release.wait(JOIN_TIMEOUT)
+        elif self.interrupt_once:
+            self.interrupt_once = False
+            raise KeyboardInterrupt
+        if self.raise_on in items:
+            raise ValueError(f"bad item {self.raise_on}")
+        return [x * 10 for x in items]
+
+
+def queue_behind_a_running_call(
+    batcher: RequestBatcher, run: BlockingRun, calls: list, again: tuple = (), **options
+) -> dict:
+    """Call ``(0,)`` runs (and blocks); ``calls`` (tuples of items, in this order) then queue behind it; once all
+    are queued the first is released. Returns what each call got, and ``"order"``: the calls as they returned.
+    ``again``: the last caller's next call, made as soon as its first returns (its answer: both calls' results)."""
+    threads, answers = start_threads(lambda items: batcher(items, **options), [(0,)])
+    wait_until(lambda: len(run.calls) == 1)
+    for n, items in enumerate(calls, start=2):
+        last = again and n == len(calls) + 1
+        work = (lambda items: batcher(items, **options) + batcher(again, **options)) if last else (
+            lambda items: batcher(items, **options))
+        threads += start_threads(work, [items], answers)[0]
+        wait_until(lambda n=n: len(batcher._queue) == n)  # queued in this order (the running call is still queued)
+    run.release.set()
+    join_threads(threads)
+    return answers
+
+
+def serial(items) -> list:
+    return [x * 10 for x in items]
+
+
+def test_calls_arriving_during_a_batch_run_together_as_the_next_batch():
+    run = BlockingRun()
+    answers = queue_behind_a_running_call(RequestBatcher(run), run, [(x,) for x in range(1, 8)])
+    assert run.calls[0] == [0] and sorted(run.calls[1]) == list(range(1, 8)) and len(run.calls) == 2
+    answers.pop("order")
+    assert answers == {(x,): [x * 10] for x in range(8)}
+
+
+def test_every_batch_keeps_to_the_cost_budget_and_every_call_gets_the_serial_results():
+    """Costs 1 to 7 against a budget of 10; an item costing 15 runs in a batch of its own."""
+    calls = [(1, 2, 3), (4,), (5, 6, 7, 8, 9, 10, 11, 12), (13, 114), (15, 16), (17, 18, 19, 20, 21)]
+    run = BlockingRun()
+    batcher = RequestBatcher(run, max_batch_cost=10)
+    cost = {**{x: x % 7 + 1 for x in range(22)}, 114: 15}.__getitem__
+    answers = queue_behind_a_running_call(batcher, run, calls, cost=cost)
+    answers.pop("order")
+    assert answers == {items: serial(items) for items in [(0,), *calls]}
+    assert all(sum(map(cost, batch)) <= 10 or len(batch) == 1 for batch in run.calls)
+    assert [114] in run.calls
+    assert sorted(x for batch in run.calls for x in batch) == sorted(x for items in [(0,), *calls] for x in items)
+
+
+def test_a_short_call_queued_behind_a_long_one_is_answered_before_it():
+    """The long call's items are cut across batches of 4; the short call, queued after it, shares the first."""
+    long_call, short_call = tuple(range(100, 120)), (1,)
+    run = BlockingRun()
+    answers = queue_behind_a_running_call(RequestBatcher(run, max_batch_cost=4), run, [long_call, short_call])
+    answers.pop("order")
+    assert answers == {(0,): [0], long_call: serial(long_call), short_call: [10]}
+    assert 1 in run.calls[1] and 119 in run.calls[-1] and all(len(batch) <= 4 for batch in run.calls)
+    assert len(run.calls) == 1 + math.ceil(21 / 4)  # call 0 alone, then 21 items 4 at a time
+
+
+def test_a_failing_item_raises_only_to_its_own_caller_and_the_rest_of_its_call_never_runs():
+    """Item 107 of a long call cut into batches of 4 fails its batch; each call's share is run alone again."""
+    long_call, shorts = tuple(range(100, 120)), [(1,), (2, 3)]
+    run = BlockingRun(raise_on=107)
+    answers = queue_behind_a_running_call(RequestBatcher(run, max_batch_cost=4), run, [long_call, *shorts])
+    answers.pop("order")
+    assert isinstance(answers.pop(long_call), ValueError)
+    assert answers == {items: serial(items) for items in [(0,), *shorts]}
+    failed = next(batch for batch in run.calls if 107 in batch)
+    assert not {x for batch in run.calls for x in batch} & set(range(max(failed) + 1, 120))
+
+
+def test_an_error_in_a_merged_batch_reaches_only_the_caller_whose_input_raised():
+    run = BlockingRun(raise_on=3)
+    answers = queue_behind_a_running_call(RequestBatcher(run), run, [(x,) for x in range(1, 8)])
+    answers.pop("order")
+    assert isinstance(answers.pop((3,)), ValueError)
+    assert answers == {(x,): [x * 10] for x in range(8) if x != 3}
+
+
+def test_an_interrupted_leader_withdraws_its_own_call_and_leaves_the_others_of_its_batch_to_the_next():
+    """The thread running the second batch (shares of a long call and six short ones) gets KeyboardInterrupt: its own
+    call raises it and never runs again; every other call gets its serial results."""
+    calls = [tuple(range(100, 112)), *[(x,) for x in range(1, 7)]]
+    run = BlockingRun(interrupt_once=True)
+    answers = queue_behind_a_running_call(RequestBatcher(run, max_batch_cost=8), run, calls)
+    answers.pop("order")
+    interrupted = [items for items, answer in answers.items() if isinstance(answer, KeyboardInterrupt)]
+    assert len(interrupted) == 1 and len({x // 100 for x in run.calls[1]}) == 2  # the batch mixed long and short
+    assert {items: a for items, a in answers.items() if items != interrupted[0]} == {
+        items: serial(items) for items in [(0,), *calls] if items != interrupted[0]
+    }
+    after = [x for batch in run.calls[2:] for x in batch]
+    assert not set(after) & set(interrupted[0])
+
+
+def test_calls_that_do_not_merge_run_alone_whole_and_in_turn_by_their_own_thread():
+    before, alone, after = (1, 2, 3), (4, 5, 6, 7, 8), (9,)
+    run = BlockingRun()
+    batcher = RequestBatcher(run, max_batch_cost=2)
+    first, answers = start_threads(batcher, [(0,)])
+    wait_until(lambda: len(run.calls) == 1)
+    threads, got = [], {}
+    for n, (items, merge) in enumerate([(before, True), (alone, False), (after, True)], start=2):
+        threads += start_threads(lambda items, merge=merge: batcher(items, merge=merge), [items], got)[0]
+        wait_until(lambda n=n: len(batcher._queue) == n)
+    run.release.set()
+    join_threads(first + threads)
+    assert run.calls == [[0], [1, 2], [3], list(alone), [9]]
+    assert run.threads[3] is threads[1] and got[alone] == serial(alone)
+
+
+# A wait far beyond JOIN_TIMEOUT: a call that waited it out would show as a deadlock.
+LONG_WAIT_MS = 10 * JOIN_TIMEOUT * 1000
+
+
+def test_with_wait_ms_a_lone_caller_never_waits():
+    run = BlockingRun()
+    run.release.set()
+    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
+    callers, answers = start_threads(lambda xs: [batcher([x])[0] for x in xs], [(0, 1, 2)])
+    join_threads(callers)
+    assert answers[(0, 1, 2)] == [0, 10, 20] and run.calls == [[0], [1], [2]]
+
+
+def test_after_a_merged_batch_the_next_leader_waits_for_as_many_calls_to_join():
+    run = BlockingRun()
+    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
+    first, answers = start_threads(lambda x: batcher([x])[0], [0])
+    wait_until(lambda: len(run.calls) == 1)
+    merged, more = start_threads(lambda x: batcher([x])[0], [1, 2, 3])
+    wait_until(lambda: len(batcher._queue) == 4)
+    run.release.set()
+    join_threads(first + merged)
+    leader, late = start_threads(lambda x: batcher([x])[0], [4])
+    wait_until(lambda: batcher._leading)  # 4 leads, waiting for three calls as the batch before held
+    joining, last = start_threads(lambda x: batcher([x])[0], [5, 6])
+    join_threads(leader + joining)
+    assert [sorted(c) for c in run.calls] == [[0], [1, 2, 3], [4, 5, 6]]
+    for got in (answers, more, late, last):
+        got.pop("order")
+    assert {**answers, **more, **late, **last} == {x: x * 10 for x in range(7)}
+
+
+def test_a_short_caller_calling_again_shares_the_next_batch_with_a_long_call():
+    """After a batch that held a share of the long call and the short call, the next leader waits for two calls
+    although the long call alone would fill the budget, and the short caller's next call joins that batch."""
+    run = BlockingRun()
+    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS, max_batch_cost=4)
+    answers = queue_behind_a_running_call(batcher, run, [(100, 101, 102, 103, 104), (1,)], again=(2,))
+    assert run.calls == [[0], [100, 101, 102, 1], [103, 104, 2]]  # each call's share in one piece
+    assert answers[(100, 101, 102, 103, 104)] == serial((100, 101, 102, 103, 104)) and answers[(1,)] == [10, 20]
+
+
+@pytest.mark.parametrize("settings", [{"wait_ms": -1}, {"wait_ms": "5"}, {"wait_ms": True}, {"max_batch_cost": 0},
+                                      {"max_batch_cost": 2.5}, {"max_batch_cost": True}])
+def test_bad_settings_are_refused(settings):
+    with pytest.raises(ValueError, match=next(iter(settings))):
+        RequestBatcher(list, **settings)
+
+
+def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batcher_goes_on(ctrl_c_interrupts):
+    """The main thread waits behind a running batch and gets SIGINT (Ctrl-C): KeyboardInterrupt reaches it, its items
+    never run, and the next calls are served."""
+    run = BlockingRun()
+    batcher = RequestBatcher(run)
+    first, answers = start_threads(lambda x: batcher([x])[0], [0])
+    wait_until(lambda: len(run.calls) == 1)
+    threading.Timer(0.5, interrupt_main_thread).start()
+    with pytest.raises(KeyboardInterrupt):
+        batcher([1])
+    assert [call.items for call in batcher._queue] == [[0]]
+    run.release.set()
+    join_threads(first)
+    assert answers[0] == 0 and batcher([2]) == [20] and run.calls == [[0], [2]]
+
+
+def test_a_copy_of_a_batcher_has_its_own_empty_queue():
+    batcher = RequestBatcher(serial, wait_ms=2, max_batch_cost=5)
+    twin = pickle.loads(pickle.dumps(batcher))
+    assert (twin.wait_ms, twin.max_batch_cost, twin._queue) == (2.0, 5, []) and twin([1, 2]) == [10, 20]
