@@ -1,11 +1,11 @@
 """Serving measurements: requests from several threads to one model, as in a web app.
 
-``long``: how long short requests wait when a long one is among them. ``--threads`` threads send one UD English-EWT
-dev sentence per call to one shared ``ElmoEmbedder``; first alone (their p50/p95 latency and words/s), then while
-one more thread sends one call of ``--long-words`` words (UD-EWT train sentences). The calls go through the request
-batcher that ``batch_requests`` uses, with a budget per merged batch (``--budgets``, in tokens), through one without
-a bound (every queued call in one batch, as before budgets), and straight to the biLM (``batch_requests`` off); the
-modes alternate, so that they are compared in one run on the same load.
+``long``: how long short requests wait when a long one is among them. ``--threads`` threads call ``nlp(text)`` on
+one shared pipeline with one UD English-EWT dev sentence per call; first alone (their p50/p95 latency and words/s),
+then while one more thread calls it on a text of ``--long-words`` words (UD-EWT train sentences, one Doc). One
+pipeline per mode: requests merged with each ``shared_batch_tokens`` (``--budgets``), merged with shared batches
+unbounded (every queued request in one batch, as before they were bounded), and not merged (``batch_requests``
+off); the modes alternate, so that they are compared in one run on the same load.
 
     python benchmarks/serving.py long
 
@@ -19,7 +19,6 @@ Needs the ``serve`` extra (``pip install -e ".[serve]"``).
 The model is the English one embedded in the package, on one torch thread (the default). Results print as Markdown.
 """
 import argparse
-import functools
 import os
 import socket
 import statistics
@@ -32,28 +31,26 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_embed import UD, _cpu_model, read_conllu  # noqa: E402
+from common import header, load_sentences  # noqa: E402
 
-from spacy_elmo.util.batcher import RequestBatcher  # noqa: E402
-from spacy_elmo.util.threads import DEFAULT_BATCH_WAIT_MS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def short_requests() -> List[List[str]]:
+def short_requests() -> List[str]:
     """The short requests: UD-EWT dev sentences, one per request."""
-    return read_conllu(UD / "en_ewt-ud-dev.conllu")
+    return [" ".join(words) for words in load_sentences("ud", "dev")]
 
 
-def long_request(words: int) -> List[List[str]]:
-    """UD-EWT train sentences from the start, until they hold ``words`` words."""
+def long_request(words: int) -> str:
+    """UD-EWT train sentences from the start, until they hold ``words`` words, as one text."""
     sentences, total = [], 0
-    for sentence in read_conllu(UD / "en_ewt-ud-train.conllu"):
+    for sentence in load_sentences("ud", "train"):
         if total >= words:
             break
-        sentences.append(sentence)
+        sentences.append(" ".join(sentence))
         total += len(sentence)
-    return sentences
+    return " ".join(sentences)
 
 
 def percentile(values: List[float], q: float) -> float:
@@ -88,40 +85,39 @@ def closed_loop(send: Callable[[object], object], shares: List[list], stop: Opti
     return {"latencies": latencies, "threads": threads, "start": start}
 
 
-def long_modes(embedder, budgets: List[int]) -> Dict[str, Callable[[List[List[str]]], object]]:
-    """How the threads call the biLM: through a batcher with each budget (a sentence costs its tokens + 2), through
-    one without a bound (merged calls as one batch, as before bounded batches), and each on its own."""
-    modes = {f"merged, budget {b}": RequestBatcher(embedder.embed_batch, DEFAULT_BATCH_WAIT_MS, max_batch_cost=b)
-             for b in budgets}
-    unbounded = RequestBatcher(embedder.embed_batch, DEFAULT_BATCH_WAIT_MS)
-    calls = {mode: functools.partial(batcher, cost=padded_tokens) for mode, batcher in modes.items()}
-    return {"merged, no bound (before)": unbounded, **calls, "not merged": embedder.embed_batch}
+def long_modes(budgets: List[int]) -> Dict[str, Callable[[str], object]]:
+    """One pipeline per mode, each called as ``nlp(text)``: merged requests with each ``shared_batch_tokens``, with
+    shared batches unbounded (every queued request in one batch, as before they were bounded), and not merged."""
+    import spacy
 
+    def pipeline(**config) -> Callable[[str], object]:
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config=config)
+        return nlp
 
-def padded_tokens(sentence: List[str]) -> int:
-    return len(sentence) + 2
+    modes = {f"merged, shared_batch_tokens {b}": pipeline(shared_batch_tokens=b) for b in budgets}
+    return {"merged, unbounded (before)": pipeline(shared_batch_tokens=10**9), **modes,
+            "not merged": pipeline(batch_requests=False)}
 
 
 def long_rounds(args: argparse.Namespace) -> Dict[str, Dict[str, list]]:
     """Per mode and round: the short calls' latencies alone and while the long call runs, short words/s alone, and
     the long call's seconds. The modes alternate within each round."""
-    from spacy_elmo import ElmoEmbedder
-
-    embedder = ElmoEmbedder(batch_requests=False)  # the modes batch (or not) around it
     shorts, long = short_requests(), long_request(args.long_words)
     shares = [shorts[i :: args.threads][: args.requests] for i in range(args.threads)]
-    words = sum(len(s) for share in shares for s in share)
-    embedder.embed_batch(shorts[:200])  # warm-up
-    modes = long_modes(embedder, [int(b) for b in args.budgets.split(",")])
+    words = sum(len(s.split()) for share in shares for s in share)
+    modes = long_modes([int(b) for b in args.budgets.split(",")])
+    for call in modes.values():
+        list(call.pipe(shorts[:200]))  # warm-up: the token cache as in a running service
     results: Dict[str, Dict[str, list]] = {mode: {"alone": [], "with long": [], "words/s": [], "long s": []}
                                            for mode in modes}
     for _ in range(args.rounds):
         for mode, call in modes.items():
-            alone = closed_loop(lambda s, call=call: call([s]), shares)
+            alone = closed_loop(call, shares)
             results[mode]["words/s"].append(words / (time.perf_counter() - alone["start"]))
             results[mode]["alone"] += alone["latencies"]
             stop = threading.Event()
-            mixed = closed_loop(lambda s, call=call: call([s]), shares, stop)
+            mixed = closed_loop(call, shares, stop)
             start = time.perf_counter()
             call(long)
             results[mode]["long s"].append(time.perf_counter() - start)
@@ -134,8 +130,8 @@ def long_rounds(args: argparse.Namespace) -> Dict[str, Dict[str, list]]:
 
 def long_report(args: argparse.Namespace) -> None:
     results = long_rounds(args)
-    print(f"command: python {' '.join(sys.argv)}\nmachine: {_cpu_model()}, load average {os.getloadavg()[0]:.2f}")
-    print(f"{args.threads} threads, one UD-EWT dev sentence per call to one ElmoEmbedder, {args.requests} calls each "
+    header(sys.argv)
+    print(f"{args.threads} threads, one UD-EWT dev sentence per nlp(text) call (embedded model), {args.requests} calls each "
           f"alone; then cycling while one more call of {args.long_words:,} words (UD-EWT train) runs; {args.rounds} "
           "rounds, the modes alternating; latencies pooled over the rounds, words/s their median\n")
     print("| mode | short p50 alone | short p95 alone | short words/s alone | short p50 with long | short p95 with long "
@@ -210,7 +206,7 @@ def http_report(args: argparse.Namespace) -> None:
         stop.set()
         for thread in mixed["threads"]:
             thread.join()
-    print(f"command: python {' '.join(sys.argv)}\nmachine: {_cpu_model()}, load average {os.getloadavg()[0]:.2f}")
+    header(sys.argv)
     print(f"examples/serve.py (uvicorn, one process) on 127.0.0.1; {args.clients} client threads in the benchmark's "
           f"process post {len(texts)} UD-EWT dev sentences ({words:,} words) to /embed, one per request; nlp.pipe: "
           "the same texts, same pipeline, in the benchmark's process while the server idles; then the clients cycle "
@@ -226,11 +222,11 @@ def http_report(args: argparse.Namespace) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    long = commands.add_parser("long", help="short requests' latency with and without a long one (ElmoEmbedder)")
+    long = commands.add_parser("long", help="short requests' latency with and without a long one (nlp(text))")
     long.add_argument("--threads", type=int, default=7, help="threads sending short requests")
     long.add_argument("--requests", type=int, default=40, help="short requests per thread, alone")
     long.add_argument("--long-words", type=int, default=30000, help="words of the long request")
-    long.add_argument("--budgets", default="4096,1024", help="comma-separated budgets of merged batches (tokens)")
+    long.add_argument("--budgets", default="4096,512", help="comma-separated shared_batch_tokens to compare")
     long.add_argument("--rounds", type=int, default=2, help="rounds of all modes")
     http = commands.add_parser("http", help="the example web app over HTTP (needs the serve extra)")
     http.add_argument("--clients", type=int, default=8, help="client threads")

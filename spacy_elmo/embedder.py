@@ -52,6 +52,9 @@ class ElmoEmbedder:
     batch_wait_ms: with ``batch_requests``, after a batch that merged several calls, the next call finding the biLM
         free waits up to this long for as many calls to join (default 1; 0: only calls already waiting are
         merged; a lone caller never waits).
+    shared_batch_tokens: with ``batch_requests``, padded tokens per biLM run while calls of several threads share
+        it (default 512): a long call is cut into pieces of this size that take turns with short calls, so that a
+        short call does not wait for all of a long one. A call alone runs in batches of ``max_batch_tokens``.
 
     One embedder may serve several threads at once in the stateless mode (the default), with or without the
     token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to
@@ -74,6 +77,7 @@ class ElmoEmbedder:
         precision: str = DEFAULTS.precision,
         batch_requests: bool = DEFAULTS.batch_requests,
         batch_wait_ms: float = DEFAULTS.batch_wait_ms,
+        shared_batch_tokens: int = DEFAULTS.shared_batch_tokens,
     ):
         settings = BiLmSettings(
             options_file=options_file,
@@ -87,6 +91,7 @@ class ElmoEmbedder:
             threads=threads,
             batch_requests=batch_requests,
             batch_wait_ms=batch_wait_ms,
+            shared_batch_tokens=shared_batch_tokens,
         )
         self.runtime = ElmoRuntime.load(settings, device)
         if cache_words is not None:

@@ -20,7 +20,7 @@ from ..sources.download import resolve_model
 from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
-from ..runtime.settings import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS
+from ..runtime.settings import DEFAULT_BATCH_WAIT_MS, DEFAULT_SHARED_BATCH_TOKENS, DEFAULT_THREADS
 from .architectures import (
     BILM_SETTINGS,
     bilm_settings,
@@ -32,7 +32,7 @@ from .architectures import (
     runtime_of,
     settings_dict,
 )
-from .config_types import CacheMegabytes, Mix, ModelName, Threads, WaitMilliseconds, check_cache_mb
+from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb
 from .extensions import install_extensions, install_vector_hooks
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
@@ -71,6 +71,7 @@ class ElmoOutput(NamedTuple):
         "threads": DEFAULT_THREADS,
         "batch_requests": True,
         "batch_wait_ms": DEFAULT_BATCH_WAIT_MS,
+        "shared_batch_tokens": DEFAULT_SHARED_BATCH_TOKENS,
     },
 )
 def make_elmo(
@@ -87,6 +88,7 @@ def make_elmo(
     threads: Optional[Threads],
     batch_requests: bool,
     batch_wait_ms: WaitMilliseconds,
+    shared_batch_tokens: TokenCount,
 ) -> "Elmo":
     """Build the ``elmo`` component; see :class:`Elmo` for the settings.
 
@@ -112,6 +114,7 @@ def make_elmo(
         threads=threads,
         batch_requests=batch_requests,
         batch_wait_ms=batch_wait_ms,
+        shared_batch_tokens=shared_batch_tokens,
     )
 
 
@@ -134,8 +137,10 @@ class Elmo(TrainablePipe):
     setting), process-wide, set once, as for ``ElmoEmbedder``. ``batch_requests``: Docs of calls
     from several threads (``nlp(text)`` in a web app) that arrive while the biLM is busy run through it together
     when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: after a batch that merged several calls, how long
-    the next call finding it free may wait for as many calls to join (default 1; a lone caller never waits). A
-    stateful biLM runs one call at a time instead, never merged.
+    the next call finding it free may wait for as many calls to join (default 1; a lone caller never waits);
+    ``shared_batch_tokens``: padded tokens per biLM run while several calls share it, so that a long Doc is cut
+    into pieces that take turns with short ones (default 512). A stateful biLM runs one call at a time instead,
+    never merged.
     """
 
     def __init__(
@@ -154,6 +159,7 @@ class Elmo(TrainablePipe):
         threads: Optional[int] = DEFAULT_THREADS,
         batch_requests: bool = True,
         batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS,
+        shared_batch_tokens: int = DEFAULT_SHARED_BATCH_TOKENS,
     ):
         check_mix_spec(mix)
         check_cache_mb(train_cache_mb)
@@ -177,6 +183,7 @@ class Elmo(TrainablePipe):
             threads=threads,
             batch_requests=batch_requests,
             batch_wait_ms=batch_wait_ms,
+            shared_batch_tokens=shared_batch_tokens,
         )
 
     def _configure(self, **changes: Any) -> None:

@@ -49,7 +49,7 @@ class ElmoRuntime:
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
         self.encoder = encoder.eval()
         self.batches = BatchEncoder(encoder)
-        self.batcher = RequestBatcher(self._run, settings.batch_wait_ms, max_batch_cost=settings.max_batch_tokens)
+        self.batcher = RequestBatcher(self._run, settings.batch_wait_ms)
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
         self._threads_applied: Optional[Tuple[int, Optional[int]]] = None  # (process, threads) applied there
@@ -97,6 +97,7 @@ class ElmoRuntime:
                 param.requires_grad_(not new.frozen)
         self.batcher.wait_ms = new.batch_wait_ms
         self.batcher.max_batch_cost = new.max_batch_tokens
+        self.batcher.shared_batch_cost = new.shared_batch_tokens
         if old is not None and new.threads != old.threads:
             self._threads_applied = None
 
@@ -116,13 +117,21 @@ class ElmoRuntime:
         return self._submit(segments, tuple(weights))
 
     def _submit(self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights]) -> List[np.ndarray]:
-        items = [Segment(words, mix) for words in segments]
-        if not items:
+        """Each segment's result, through the batcher when calls are merged or ordered. A stateless call's segments go
+        longest first, so that the pieces the batcher cuts hold segments of similar lengths (little padding)."""
+        if not segments:
             return []
         stateful = self.settings.stateful
-        if stateful or self.settings.batch_requests:
-            return self.batcher(items, merge=not stateful, cost=_segment_cost)
-        return self._run(items)
+        if stateful:
+            return self.batcher([Segment(words, mix) for words in segments], merge=False)
+        if not self.settings.batch_requests:
+            return self._run([Segment(words, mix) for words in segments])
+        order = np.argsort([-len(words) for words in segments], kind="stable")
+        results = self.batcher([Segment(segments[i], mix) for i in order], cost=_segment_cost)
+        placed: List[np.ndarray] = [results[0]] * len(segments)
+        for result, i in zip(results, order):
+            placed[i] = result
+        return placed
 
     def _run(self, items: List[Segment]) -> List[np.ndarray]:
         """The results of ``items`` (one biLM run per distinct mix; a stateful call is one biLM batch)."""

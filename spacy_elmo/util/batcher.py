@@ -46,7 +46,9 @@ class RequestBatcher:
     whose items are not all answered); a call finding nothing running runs at once.
 
     ``max_batch_cost``: the most a batch holds, in the summed costs of its items (``cost`` of each call: a callable
-    item -> int; without it each item costs 1); None: no bound, everything queued runs as one batch. A batch is
+    item -> int; without it each item costs 1); None: no bound, everything queued runs as one batch.
+    ``shared_batch_cost``: a smaller bound for a batch that several calls share (None: ``max_batch_cost``), so that
+    each step, hence each short call's wait behind a long one, is short, while a call alone runs in large batches. A batch is
     filled from the queued calls in turn, oldest first, one item of each per round, so that calls arriving behind a
     long one get into the next batch instead of waiting for all of it. An item costing more than the budget runs
     in a batch of its own.
@@ -68,15 +70,22 @@ class RequestBatcher:
     Safe to use from several threads: that is its purpose. A copy or pickle gets a new, empty queue.
     """
 
-    def __init__(self, run: Callable[[List[Any]], List[Any]], wait_ms: float = 0.0, max_batch_cost: Optional[int] = None):
+    def __init__(
+        self,
+        run: Callable[[List[Any]], List[Any]],
+        wait_ms: float = 0.0,
+        max_batch_cost: Optional[int] = None,
+        shared_batch_cost: Optional[int] = None,
+    ):
         if not is_number(wait_ms) or not wait_ms >= 0:
             raise ValueError(f"wait_ms must be a number of milliseconds >= 0, found {wait_ms!r}")
-        if max_batch_cost is not None and (not isinstance(max_batch_cost, int) or isinstance(max_batch_cost, bool)
-                                           or max_batch_cost < 1):
-            raise ValueError(f"max_batch_cost must be a positive integer or None, found {max_batch_cost!r}")
+        for name, value in (("max_batch_cost", max_batch_cost), ("shared_batch_cost", shared_batch_cost)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, found {value!r}")
         self.run = run
         self.wait_ms = float(wait_ms)
         self.max_batch_cost = max_batch_cost
+        self.shared_batch_cost = shared_batch_cost
         self._init_queue()
 
     def _init_queue(self) -> None:
@@ -86,7 +95,12 @@ class RequestBatcher:
         self._last_size = 1  # calls in the batch before: more than one means concurrent callers
 
     def __getstate__(self) -> dict:  # a lock cannot be copied or pickled; a copy gets its own, empty queue
-        return {"run": self.run, "wait_ms": self.wait_ms, "max_batch_cost": self.max_batch_cost}
+        return {
+            "run": self.run,
+            "wait_ms": self.wait_ms,
+            "max_batch_cost": self.max_batch_cost,
+            "shared_batch_cost": self.shared_batch_cost,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -161,7 +175,7 @@ class RequestBatcher:
             return [(head, 0, len(head.items))]
         calls = self._merging_calls()
         starts = {id(call): call.next for call in calls}
-        budget = math.inf if self.max_batch_cost is None else self.max_batch_cost
+        budget = self._budget(len(calls))
         used, added = 0, True
         while added:
             added = False
@@ -173,6 +187,12 @@ class RequestBatcher:
         batch = [(call, starts[id(call)], call.next) for call in calls if call.next > starts[id(call)]]
         self._last_size = len(batch)
         return batch
+
+    def _budget(self, n_calls: int) -> float:
+        """The next batch's cost bound: ``shared_batch_cost`` while several calls share it, else ``max_batch_cost``."""
+        shared = self.shared_batch_cost if n_calls > 1 else None
+        bound = shared if shared is not None else self.max_batch_cost
+        return math.inf if bound is None else bound
 
     def _merging_calls(self) -> List[_Request]:
         """The queued calls that may share the next batch: those before the first ``merge=False`` call."""
