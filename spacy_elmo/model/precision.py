@@ -22,6 +22,9 @@ PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_PRECISION = "fp32"
 
+# Rows of each float32 product of :func:`row_exact_addmm`.
+ROW_BLOCK = 16
+
 # Buffers shared by the products of one call (:func:`stacked_linear`), by shape.
 Scratch = Dict[Tuple[int, int], torch.Tensor]
 
@@ -206,8 +209,24 @@ def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], pre
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, kernel: Optional[LowPrecisionLinear]) -> torch.Tensor:
-    """``bias + x @ weight`` for 2-d ``x``: by ``kernel`` where the precision is reduced, else in float32 as ever."""
-    return torch.addmm(bias, x, weight) if kernel is None else kernel(x)
+    """``bias + x @ weight`` for 2-d ``x``, each row's result the same whatever other rows ``x`` holds: by ``kernel``
+    where the precision is reduced (int8's and bf16's products are row-exact), else in float32 by
+    :func:`row_exact_addmm`."""
+    return row_exact_addmm(bias, x, weight) if kernel is None else kernel(x)
+
+
+def row_exact_addmm(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``bias + x @ weight`` for 2-d ``x`` in products of exactly :data:`ROW_BLOCK` rows, the last padded with zeros.
+
+    BLAS chooses its kernel, and with it how a row's sums are rounded, by the number of rows (MKL on AVX-512: 1 to
+    3 rows round otherwise than 4 or more), so a float32 product of a row differs in its last bits with the rows
+    beside it; with every product the same shape it does not. The token layer needs this: a token's vector is
+    computed among the other new tokens of its call, which depend on the batch and on what the token cache holds,
+    and int8 rounds the LSTMs' inputs, which turns a last-bit difference into one of 1e-2.
+    """
+    rows = x.shape[0]
+    padded = torch.nn.functional.pad(x, (0, 0, 0, -rows % ROW_BLOCK))
+    return torch.cat([torch.addmm(bias, block, weight) for block in padded.split(ROW_BLOCK)])[:rows]
 
 
 def stacked_linear(

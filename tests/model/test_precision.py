@@ -19,6 +19,8 @@ from tests.conftest import ALLENNLP, ROUNDING
 # percentile >= 0.99). Measured on these models: int8 >= 0.9997 mean; bf16 see BENCHMARKS.md.
 MIN_MEAN_COSINE = 0.999
 MIN_P1_COSINE = 0.99
+# What a sentence's vectors at int8 or bf16 may differ by with its batch or the history before it (docs/limits.md).
+BATCH_INDEPENDENCE = 1e-5
 
 
 def sentences(n: int, seed: int = 0) -> List[List[str]]:
@@ -65,6 +67,34 @@ def test_a_sentence_does_not_depend_on_its_batch(allennlp_files, precision):
         np.testing.assert_allclose(embedder.embed_sentence(text[i]), batched[i], atol=1e-5, rtol=0)
     reversed_batch = embedder.embed_batch(text[::-1])[::-1]
     assert max(float(np.abs(a - b).max()) for a, b in zip(reversed_batch, batched)) <= 1e-5
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_sentence_does_not_depend_on_what_ran_before_it(precision):
+    """Each sentence alone after a token cache filled one word at a time (every vector from a one-row product, as a
+    sentence whose other words are cached gets its new word's), against all of them in one batch on a fresh
+    embedder (each vector from a product over all their words). int8 rounds the LSTMs' inputs, so a last-bit
+    difference between the two token vectors would come out as one of 1e-2 in some sentences."""
+    text = sentences(40, seed=6)
+    history = at_precision(ElmoEmbedder(cache_size=5000), precision)  # the embedded model
+    history.encoder.fill_cache([word for sentence in text for word in sentence], batch_size=1)
+    serial = [history.embed_sentence(sentence) for sentence in text]
+    batched = at_precision(ElmoEmbedder(cache_size=5000), precision).embed_batch(text)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(serial, batched)) <= BATCH_INDEPENDENCE
+
+
+def test_a_float32_token_projection_row_does_not_depend_on_the_rows_beside_it():
+    """What the token layer's fp32 product of a row gives is the same alone, among few rows and among many: the
+    same computation, so bit for bit."""
+    torch.manual_seed(3)
+    weight, bias, x = torch.randn(96, 40), torch.randn(40), torch.randn(300, 96)
+    together = precision_module.linear(x, weight, bias, None)
+    for rows in (1, 2, 3, 5, 17, 100):
+        for start in (0, 7, 150):
+            part = precision_module.linear(x[start : start + rows], weight, bias, None)
+            torch.testing.assert_close(part, together[start : start + rows], rtol=0, atol=0)
+    exact = x.double() @ weight.double() + bias.double()
+    torch.testing.assert_close(together.double(), exact, rtol=1e-5, atol=1e-5)  # and it is the product
 
 
 def test_int8_activations_are_scaled_per_row_not_per_batch():
