@@ -7,8 +7,11 @@ nonlinearities, the cell state, clipping, residuals, the highway gates) stays in
 int8 scales each *row* of the activations on its own, so a sentence's vectors never depend on its batch-mates
 (torch's ``quantize_dynamic`` scales per tensor, i.e. per batch): each row is divided by its largest magnitude,
 two pinning columns of +1 and -1 (inputs whose weights are zero) fix the per-tensor range that fbgemm's dynamic
-kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The kernel is torch's fbgemm dynamic quantized linear, reached
-through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in one place.
+kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The
+rounding to int8 turns a last-bit difference in a row into a whole int8 step (1e-2 in the result), so what feeds
+these products must not depend on the batch either: :func:`row_exact_addmm`. The kernel is torch's fbgemm dynamic
+quantized linear, reached through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in
+one place.
 """
 import functools
 import warnings
