@@ -9,7 +9,7 @@ int8 scales each *row* of the activations on its own, so a sentence's vectors ne
 two pinning columns of +1 and -1 (inputs whose weights are zero) fix the per-tensor range that fbgemm's dynamic
 kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The
 rounding to int8 turns a last-bit difference in a row into a whole int8 step (1e-2 in the result), so what feeds
-these products must not depend on the batch either: :func:`row_exact_addmm`. The kernel is torch's fbgemm dynamic
+these products must not depend on the batch either (:class:`RowExactLinear`). The kernel is torch's fbgemm dynamic
 quantized linear, reached through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in
 one place.
 """
@@ -25,7 +25,7 @@ PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_PRECISION = "fp32"
 
-# Rows of each float32 product of :func:`row_exact_addmm`.
+# Rows of each float32 product of a :class:`RowExactLinear`.
 ROW_BLOCK = 16
 
 # Buffers shared by the products of one call (:func:`stacked_linear`), by shape.
@@ -179,6 +179,36 @@ class Int8Linear(LowPrecisionLinear):
         return out
 
 
+class RowExactLinear(LowPrecisionLinear):
+    """A float32 product beside reduced ones (int8's token projection), each row's result the same whatever other rows
+    ``x`` holds: products of exactly :data:`ROW_BLOCK` rows, the last one padded with zeros.
+
+    BLAS chooses its kernel, and with it how a row's sums are rounded, by the number of rows (MKL on AVX-512: 1 to 3
+    rows round otherwise than 4 or more). A token's vector is computed among the other new tokens of its call, which
+    depend on the batch and on what the token cache holds, and int8 rounds the LSTMs' inputs, which turns a last-bit
+    difference there into one of 1e-2: with every product the same shape, the token vectors do not differ at all.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        super().__init__(weight, bias)
+        self.weight = weight.detach().float().contiguous()
+
+    @staticmethod
+    def products(
+        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
+        out: torch.Tensor, scratch: Optional[Scratch],
+    ) -> torch.Tensor:
+        rows = x.shape[1]
+        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
+            padded = torch.nn.functional.pad(x[d], (0, 0, 0, -rows % ROW_BLOCK))  # a copy: blocks start aligned alike
+            product = torch.cat([torch.mm(block, kernel.weight) for block in padded.split(ROW_BLOCK)])[:rows]
+            if shift is None:
+                out[d].copy_(product)
+            else:
+                torch.add(shift, product, out=out[d])
+        return out
+
+
 # The pinning columns of every int8 product's scaled rows (see the module docstring).
 PINS = torch.tensor([1.0, -1.0])
 
@@ -205,31 +235,18 @@ def _pinned_rows(x: torch.Tensor, scratch: Optional[Scratch]) -> torch.Tensor:
 
 
 def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> LowPrecisionLinear:
-    """The product ``x @ weight + bias`` (``weight``: ``(in, out)``, as the biLM stores it) at ``precision``."""
+    """The product ``x @ weight + bias`` (``weight``: ``(in, out)``, as the biLM stores it) at ``precision``;
+    ``"fp32"``: a product that a reduced precision keeps in float32 (:class:`RowExactLinear`)."""
     if precision == "int8":
         return Int8Linear(weight, bias)
+    if precision == DEFAULT_PRECISION:
+        return RowExactLinear(weight, bias)
     return FloatLinear(weight, bias, _FLOAT_TYPES[precision])
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, kernel: Optional[LowPrecisionLinear]) -> torch.Tensor:
-    """``bias + x @ weight`` for 2-d ``x``, each row's result the same whatever other rows ``x`` holds: by ``kernel``
-    where the precision is reduced (int8's and bf16's products are row-exact), else in float32 by
-    :func:`row_exact_addmm`."""
-    return row_exact_addmm(bias, x, weight) if kernel is None else kernel(x)
-
-
-def row_exact_addmm(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``bias + x @ weight`` for 2-d ``x`` in products of exactly :data:`ROW_BLOCK` rows, the last padded with zeros.
-
-    BLAS chooses its kernel, and with it how a row's sums are rounded, by the number of rows (MKL on AVX-512: 1 to
-    3 rows round otherwise than 4 or more), so a float32 product of a row differs in its last bits with the rows
-    beside it; with every product the same shape it does not. The token layer needs this: a token's vector is
-    computed among the other new tokens of its call, which depend on the batch and on what the token cache holds,
-    and int8 rounds the LSTMs' inputs, which turns a last-bit difference into one of 1e-2.
-    """
-    rows = x.shape[0]
-    padded = torch.nn.functional.pad(x, (0, 0, 0, -rows % ROW_BLOCK))
-    return torch.cat([torch.addmm(bias, block, weight) for block in padded.split(ROW_BLOCK)])[:rows]
+    """``bias + x @ weight`` for 2-d ``x``: by ``kernel`` where the precision is reduced, else in float32 as ever."""
+    return torch.addmm(bias, x, weight) if kernel is None else kernel(x)
 
 
 def stacked_linear(

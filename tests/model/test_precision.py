@@ -81,16 +81,16 @@ def test_a_sentence_does_not_depend_on_what_ran_before_it(precision):
     assert max(float(np.abs(a - b).max()) for a, b in zip(serial, batched)) <= BATCH_INDEPENDENCE
 
 
-def test_a_float32_token_projection_row_does_not_depend_on_the_rows_beside_it():
-    """What the token layer's fp32 product of a row gives is the same alone, among few rows and among many: the
-    same computation, so bit for bit."""
+def test_the_float32_token_projection_beside_int8_gives_a_row_the_same_result_among_any_rows():
+    """What int8's token projection (kept in float32) gives for a row is the same alone, among few rows and among
+    many: the same computation, so bit for bit."""
     torch.manual_seed(3)
     weight, bias, x = torch.randn(96, 40), torch.randn(40), torch.randn(300, 96)
-    together = precision_module.linear(x, weight, bias, None)
+    kernel = precision_module.low_precision_linear(weight, bias, "fp32")
+    together = kernel(x)
     for rows in (1, 2, 3, 5, 17, 100):
         for start in (0, 7, 150):
-            part = precision_module.linear(x[start : start + rows], weight, bias, None)
-            torch.testing.assert_close(part, together[start : start + rows], rtol=0, atol=0)
+            torch.testing.assert_close(kernel(x[start : start + rows]), together[start : start + rows], rtol=0, atol=0)
     exact = x.double() @ weight.double() + bias.double()
     torch.testing.assert_close(together.double(), exact, rtol=1e-5, atol=1e-5)  # and it is the product
 
