@@ -30,6 +30,8 @@ REQUIRE_SHARED_VAR = "SPACY_ELMO_REQUIRE_SHARED"
 # Two different computations of the biLM's float32 layers (another batch, padding, cache, kernel): equal up to
 # rounding, which the LSTM carries along a sentence; values reach ~4, where one float32 step is 4.8e-7 (limits.md).
 ROUNDING = {"rtol": 1e-5, "atol": 1e-6}
+# What a sentence's vectors at int8 or bf16 may differ by with its batch or with what ran before it (limits.md).
+BATCH_INDEPENDENCE = 1e-5
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -127,7 +127,8 @@ class BiLm(nn.Module):
             self.char_cnn.set_precision(precision)
         if "highway" in chosen:
             self.highway.set_precision(precision)
-        self._low_proj = low_precision_linear(self.w_proj, self.b_proj, precision) if "projection" in chosen else None
+        kept = precision if "projection" in chosen else DEFAULT_PRECISION  # int8 keeps it in (row-exact) fp32
+        self._low_proj = low_precision_linear(self.w_proj, self.b_proj, kept) if chosen else None
         lstm_products = [name for name in ("input", "hidden", "projection") if f"lstm_{name}" in chosen]
         for lstm in (*self.forward_lstms, *self.backward_lstms):
             lstm.set_precision(precision, lstm_products)

@@ -7,8 +7,11 @@ nonlinearities, the cell state, clipping, residuals, the highway gates) stays in
 int8 scales each *row* of the activations on its own, so a sentence's vectors never depend on its batch-mates
 (torch's ``quantize_dynamic`` scales per tensor, i.e. per batch): each row is divided by its largest magnitude,
 two pinning columns of +1 and -1 (inputs whose weights are zero) fix the per-tensor range that fbgemm's dynamic
-kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The kernel is torch's fbgemm dynamic quantized linear, reached
-through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in one place.
+kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The
+rounding to int8 turns a last-bit difference in a row into a whole int8 step (1e-2 in the result), so what feeds
+these products must not depend on the batch either (:class:`RowExactLinear`). The kernel is torch's fbgemm dynamic
+quantized linear, reached through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in
+one place.
 """
 import functools
 import warnings
@@ -21,6 +24,9 @@ from ..errors import ElmoSettingsError
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_PRECISION = "fp32"
+
+# Rows of each float32 product of a :class:`RowExactLinear`.
+ROW_BLOCK = 16
 
 # Buffers shared by the products of one call (:func:`stacked_linear`), by shape.
 Scratch = Dict[Tuple[int, int], torch.Tensor]
@@ -173,6 +179,36 @@ class Int8Linear(LowPrecisionLinear):
         return out
 
 
+class RowExactLinear(LowPrecisionLinear):
+    """A float32 product beside reduced ones (int8's token projection), each row's result the same whatever other rows
+    ``x`` holds: products of exactly :data:`ROW_BLOCK` rows, the last one padded with zeros.
+
+    BLAS chooses its kernel, and with it how a row's sums are rounded, by the number of rows (MKL on AVX-512: 1 to 3
+    rows round otherwise than 4 or more). A token's vector is computed among the other new tokens of its call, which
+    depend on the batch and on what the token cache holds, and int8 rounds the LSTMs' inputs, which turns a last-bit
+    difference there into one of 1e-2: with every product the same shape, the token vectors do not differ at all.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        super().__init__(weight, bias)
+        self.weight = weight.detach().float().contiguous()
+
+    @staticmethod
+    def products(
+        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
+        out: torch.Tensor, scratch: Optional[Scratch],
+    ) -> torch.Tensor:
+        rows = x.shape[1]
+        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
+            padded = torch.nn.functional.pad(x[d], (0, 0, 0, -rows % ROW_BLOCK))  # a copy: blocks start aligned alike
+            product = torch.cat([torch.mm(block, kernel.weight) for block in padded.split(ROW_BLOCK)])[:rows]
+            if shift is None:
+                out[d].copy_(product)
+            else:
+                torch.add(shift, product, out=out[d])
+        return out
+
+
 # The pinning columns of every int8 product's scaled rows (see the module docstring).
 PINS = torch.tensor([1.0, -1.0])
 
@@ -199,9 +235,12 @@ def _pinned_rows(x: torch.Tensor, scratch: Optional[Scratch]) -> torch.Tensor:
 
 
 def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> LowPrecisionLinear:
-    """The product ``x @ weight + bias`` (``weight``: ``(in, out)``, as the biLM stores it) at ``precision``."""
+    """The product ``x @ weight + bias`` (``weight``: ``(in, out)``, as the biLM stores it) at ``precision``;
+    ``"fp32"``: a product that a reduced precision keeps in float32 (:class:`RowExactLinear`)."""
     if precision == "int8":
         return Int8Linear(weight, bias)
+    if precision == DEFAULT_PRECISION:
+        return RowExactLinear(weight, bias)
     return FloatLinear(weight, bias, _FLOAT_TYPES[precision])
 
 

@@ -13,7 +13,7 @@ import spacy_elmo.model.precision as precision_module
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.model.bilm import PRECISION_PARTS
 from spacy_elmo.model.precision import check_precision
-from tests.conftest import ALLENNLP, ROUNDING
+from tests.conftest import ALLENNLP, BATCH_INDEPENDENCE, ROUNDING
 
 # Stated tolerances against the fp32 output, per layer (the fidelity targets: top layer mean >= 0.999, 1st
 # percentile >= 0.99). Measured on these models: int8 >= 0.9997 mean; bf16 see BENCHMARKS.md.
@@ -65,6 +65,34 @@ def test_a_sentence_does_not_depend_on_its_batch(allennlp_files, precision):
         np.testing.assert_allclose(embedder.embed_sentence(text[i]), batched[i], atol=1e-5, rtol=0)
     reversed_batch = embedder.embed_batch(text[::-1])[::-1]
     assert max(float(np.abs(a - b).max()) for a, b in zip(reversed_batch, batched)) <= 1e-5
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_sentence_does_not_depend_on_what_ran_before_it(precision):
+    """Each sentence alone after a token cache filled one word at a time (every vector from a one-row product, as a
+    sentence whose other words are cached gets its new word's), against all of them in one batch on a fresh
+    embedder (each vector from a product over all their words). int8 rounds the LSTMs' inputs, so a last-bit
+    difference between the two token vectors would come out as one of 1e-2 in some sentences."""
+    text = sentences(40, seed=6)
+    history = at_precision(ElmoEmbedder(cache_size=5000), precision)  # the embedded model
+    history.encoder.fill_cache([word for sentence in text for word in sentence], batch_size=1)
+    serial = [history.embed_sentence(sentence) for sentence in text]
+    batched = at_precision(ElmoEmbedder(cache_size=5000), precision).embed_batch(text)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(serial, batched)) <= BATCH_INDEPENDENCE
+
+
+def test_the_float32_token_projection_beside_int8_gives_a_row_the_same_result_among_any_rows():
+    """What int8's token projection (kept in float32) gives for a row is the same alone, among few rows and among
+    many: the same computation, so bit for bit."""
+    torch.manual_seed(3)
+    weight, bias, x = torch.randn(96, 40), torch.randn(40), torch.randn(300, 96)
+    kernel = precision_module.low_precision_linear(weight, bias, "fp32")
+    together = kernel(x)
+    for rows in (1, 2, 3, 5, 17, 100):
+        for start in (0, 7, 150):
+            torch.testing.assert_close(kernel(x[start : start + rows]), together[start : start + rows], rtol=0, atol=0)
+    exact = x.double() @ weight.double() + bias.double()
+    torch.testing.assert_close(together.double(), exact, rtol=1e-5, atol=1e-5)  # and it is the product
 
 
 def test_int8_activations_are_scaled_per_row_not_per_batch():

@@ -7,7 +7,7 @@ import spacy
 from spacy_elmo import ElmoEmbedder
 
 from tests.pipeline.conftest import OPTIONS, WEIGHTS, make_nlp, tagger_pipeline, train_losses
-from tests.conftest import ROUNDING
+from tests.conftest import BATCH_INDEPENDENCE, ROUNDING, shared_data
 
 TEXTS = ["The cat sat on the mat .", "Dogs bark at the cat at night .", "The the the cat ."]
 
@@ -44,6 +44,26 @@ def test_int8_in_the_architecture_block_stays_close_to_fp32():
     for a, b in zip(fp32, int8):
         cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
         assert cosine.min() > 0.999 and np.abs(a - b).max() > 0  # close, and really int8
+
+
+def default_nlp(precision: str) -> spacy.language.Language:
+    """A pipeline with the default model and settings (the token cache on) at ``precision``."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy_elmo.ElmoBiLm.v2", "precision": precision}})
+    return nlp
+
+
+@pytest.mark.slow
+def test_int8_vectors_do_not_depend_on_the_texts_before_them_or_their_batch():
+    """The first 1,000 sentences of UD English-EWT's dev set one by one (the token cache's history makes most calls
+    compute one or two new words), against all of them through ``nlp.pipe``, each on a fresh pipeline."""
+    conllu = shared_data("ud_english_ewt") / "en_ewt-ud-dev.conllu"
+    lines = conllu.read_text(encoding="utf-8").splitlines()
+    texts = [line[len("# text = ") :] for line in lines if line.startswith("# text = ")][:1000]
+    serial_nlp = default_nlp("int8")
+    serial = [serial_nlp(text)._.elmo for text in texts]
+    batched = [doc._.elmo for doc in default_nlp("int8").pipe(texts)]
+    assert max(float(np.abs(a - b).max()) for a, b in zip(serial, batched)) <= BATCH_INDEPENDENCE
 
 
 def test_precision_and_cache_size_survive_saving_and_loading(tmp_path):
