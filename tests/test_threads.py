@@ -9,7 +9,6 @@ import pytest
 import spacy
 import torch
 
-import spacy_elmo.pipeline.component as component_module
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.errors import ElmoSettingsError
 from spacy_elmo.util.threads import torch_threads
@@ -39,29 +38,38 @@ def test_torch_threads_sets_and_restores(process_threads):
         assert torch.get_num_threads() == OUTSIDE
 
 
+def _record_threads(runtime, monkeypatch) -> list:
+    """The torch thread count each biLM run of ``runtime`` sees, and each ``torch.set_num_threads`` call."""
+    seen: list = []
+    forward, set_threads = runtime.batches.forward, torch.set_num_threads
+    monkeypatch.setattr(runtime.batches, "forward", lambda *a: seen.append(torch.get_num_threads()) or forward(*a))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(f"set {n}") or set_threads(n))
+    return seen
+
+
 @pytest.mark.parametrize("settings, during", [({}, 1), ({"threads": 2}, 2), ({"threads": None}, OUTSIDE)])
-def test_embedder_uses_its_threads_only_while_embedding(process_threads, allennlp_files, monkeypatch, settings, during):
-    """No ``threads`` argument: the default, 1; ``None``: torch's own setting."""
+def test_embedder_sets_its_threads_once_and_leaves_them(process_threads, allennlp_files, monkeypatch, settings, during):
+    """No ``threads`` argument: the default, 1; ``None``: torch's own setting. torch's count is process-wide: set
+    by the first call, and no later call sets it again."""
     embedder = ElmoEmbedder(*allennlp_files, **settings)
-    seen = []
-    embed = embedder.runtime.batches.forward
-    monkeypatch.setattr(embedder.runtime.batches, "forward", lambda *a: seen.append(torch.get_num_threads()) or embed(*a))
-    embedder.embed_sentence(["The", "cat", "sat"])
-    assert seen == [during] and torch.get_num_threads() == OUTSIDE
+    seen = _record_threads(embedder.runtime, monkeypatch)
+    for _ in range(3):
+        embedder.embed_sentence(["The", "cat", "sat"])
+    set_once = [] if during == OUTSIDE else [f"set {during}"]
+    assert seen == [*set_once, during, during, during] and torch.get_num_threads() == during
 
 
 @pytest.mark.parametrize("threads, during", [(None, 1), (2, 2), ("null", OUTSIDE)])
-def test_component_uses_its_threads_only_while_predicting(process_threads, monkeypatch, threads, during):
+def test_component_sets_its_threads_once_and_leaves_them(process_threads, monkeypatch, threads, during):
     """``None`` here: the setting left out of the config (default 1); ``"null"``: keep torch's own setting."""
     nlp = spacy.blank("en")
     config = elmo_config() if threads is None else elmo_config(threads=None if threads == "null" else threads)
     nlp.add_pipe("elmo", config=config)
-    seen = []
-    mix_docs = component_module.mix_docs
-    monkeypatch.setattr(component_module, "mix_docs", lambda *a: seen.append(torch.get_num_threads()) or mix_docs(*a))
-    docs = list(nlp.pipe(["The cat sat .", "It was happy ."]))
-    assert seen == [during] and torch.get_num_threads() == OUTSIDE
-    assert all(doc._.elmo.shape == (4, 32) for doc in docs)
+    seen = _record_threads(nlp.get_pipe("elmo").runtime, monkeypatch)
+    docs = list(nlp.pipe(["The cat sat .", "It was happy ."])) + [nlp("Once more .")]
+    set_once = [] if during == OUTSIDE else [f"set {during}"]
+    assert seen == [*set_once, during, during] and torch.get_num_threads() == during
+    assert all(doc._.elmo.shape == (len(doc), 32) for doc in docs)
 
 
 def test_thread_count_does_not_change_the_vectors(allennlp_files):
@@ -125,7 +133,7 @@ def test_one_pipeline_shared_by_8_threads_gives_the_serial_vectors(cache_size):
     threaded = _in_threads(lambda text: nlp(text)._.elmo, texts)
     for a, b in zip(serial, threaded):
         np.testing.assert_allclose(b, a, **ROUNDING)
-    assert torch.get_num_threads() == 1  # torch_threads restored the conftest's setting after the threads
+    assert torch.get_num_threads() == 1  # the biLM's setting (the conftest's too)
 
 
 # --- calls from several threads merged into one biLM batch (batch_requests; tests/test_batcher.py tests the batcher) ---
@@ -157,15 +165,15 @@ def test_a_doc_that_raises_fails_its_own_call_and_no_other(monkeypatch):
     nlp.add_pipe("elmo", config=elmo_config())
     texts = [" ".join(s) for s in _thread_sentences(8, seed=13)]
     serial = {text: nlp(text)._.elmo for text in texts}
-    elmo = nlp.get_pipe("elmo")
-    predict = elmo._predict
+    batches = nlp.get_pipe("elmo").runtime.batches
+    forward, bad = batches.forward, [token.text for token in nlp.make_doc(texts[5])]
 
-    def failing(docs):
-        if any(doc.text == texts[5] for doc in docs):
+    def failing(segments, *args):
+        if any(list(words) == bad for words in segments):
             raise RuntimeError("this Doc fails")
-        return predict(docs)
+        return forward(segments, *args)
 
-    monkeypatch.setattr(elmo, "_predict", failing)
+    monkeypatch.setattr(batches, "forward", failing)
     threads, answers = start_threads(lambda text: nlp(text)._.elmo, texts)
     join_threads(threads)
     answers.pop("order")
@@ -181,12 +189,12 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
     order, running, overlap = [], [], []
     forward = shared.runtime.batches.forward
 
-    def recording(batch, cap):
+    def recording(batch, *args):
         running.append(1)
         overlap.append(len(running))
         order.append([tuple(s) for s in batch])
         try:
-            return forward(batch, cap)
+            return forward(batch, *args)
         finally:
             running.pop()
 
@@ -202,18 +210,18 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
 def test_a_stateful_pipeline_runs_calls_one_at_a_time(monkeypatch):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(stateful=True))
-    elmo = nlp.get_pipe("elmo")
-    predict, running, sizes = elmo._predict, [], []
+    batches = nlp.get_pipe("elmo").runtime.batches
+    forward, running, sizes = batches.forward, [], []
 
-    def recording(docs):
+    def recording(segments, *args):
         running.append(1)
-        sizes.append((len(running), len(docs)))
+        sizes.append((len(running), len(segments)))
         try:
-            return predict(docs)
+            return forward(segments, *args)
         finally:
             running.pop()
 
-    monkeypatch.setattr(elmo, "_predict", recording)
+    monkeypatch.setattr(batches, "forward", recording)
     threads, answers = start_threads(lambda text: nlp(text)._.elmo.shape, [" ".join(s) for s in _thread_sentences(8, seed=15)])
     join_threads(threads)
     assert sizes == [(1, 1)] * 8 and not any(isinstance(a, BaseException) for a in answers.values())
@@ -257,13 +265,13 @@ def test_after_ctrl_c_in_a_merged_batch_every_other_caller_gets_its_own_vectors(
     shared = ElmoEmbedder(*allennlp_files)
     forward, calls, release = shared.runtime.batches.forward, [], threading.Event()
 
-    def blocking_then_interrupted(batch, cap):
+    def blocking_then_interrupted(batch, *args):
         calls.append(len(batch))
         if len(calls) == 1:
             release.wait(JOIN_TIMEOUT)
         elif len(calls) == 2:
             raise KeyboardInterrupt
-        return forward(batch, cap)
+        return forward(batch, *args)
 
     monkeypatch.setattr(shared.runtime.batches, "forward", blocking_then_interrupted)
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[:1])
@@ -285,22 +293,23 @@ def test_bad_batch_waits_are_refused(allennlp_files, bad):
         ElmoEmbedder(*allennlp_files, batch_wait_ms=bad)
 
 
-def test_a_long_call_shares_batches_of_max_batch_tokens_with_short_ones_and_all_get_the_serial_vectors(
+def test_a_long_call_shares_batches_of_shared_batch_tokens_with_short_ones_and_all_get_the_serial_vectors(
     allennlp_files, monkeypatch
 ):
-    """40 sentences in one call and 7 one-sentence calls, queued behind a running call: every biLM call holds at most
-    ``max_batch_tokens`` tokens (markers included), and every short call is answered before the long one."""
+    """40 sentences in one call and 7 one-sentence calls, queued behind a running call: every biLM call they share
+    holds at most ``shared_batch_tokens`` tokens (markers included), and every short call is answered before the
+    long one."""
     sentences = [tuple(s) for s in _thread_sentences(48, seed=18)]
     long_call, shorts = tuple(sentences[:40]), sentences[40:47]
     serial = dict(zip(sentences, ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)))
-    shared = ElmoEmbedder(*allennlp_files, max_batch_tokens=120)
+    shared = ElmoEmbedder(*allennlp_files, max_batch_tokens=120, shared_batch_tokens=120)
     forward, batches, release = shared.runtime.batches.forward, [], threading.Event()
 
-    def blocking_first(batch, cap):
+    def blocking_first(batch, *args):
         batches.append([tuple(s) for s in batch])
         if len(batches) == 1:
             release.wait(JOIN_TIMEOUT)
-        return forward(batch, cap)
+        return forward(batch, *args)
 
     monkeypatch.setattr(shared.runtime.batches, "forward", blocking_first)
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[47:])
@@ -313,6 +322,6 @@ def test_a_long_call_shares_batches_of_max_batch_tokens_with_short_ones_and_all_
     join_threads(threads)
     assert all(sum(len(s) + 2 for s in batch) <= 120 for batch in batches)
     batch_of = {sentence: i for i, batch in enumerate(batches) for sentence in batch}
-    assert max(batch_of[s] for s in shorts) < batch_of[long_call[-1]]
+    assert max(batch_of[s] for s in shorts) < max(batch_of[s] for s in long_call)
     for sentence, got in [*zip(long_call, answers[long_call]), *((s, answers[s]) for s in shorts)]:
         np.testing.assert_allclose(got, serial[sentence], **ROUNDING)
