@@ -1,11 +1,25 @@
-"""spacy-elmo: ELMo contextual word vectors for spaCy, on a PyTorch biLM that reads AllenNLP/bilm-tf weights."""
+"""spacy-elmo: ELMo contextual word vectors for spaCy, on a PyTorch biLM that reads AllenNLP/bilm-tf weights.
+
+The names below import what they need when first used: ``import spacy_elmo`` alone loads neither spaCy nor
+torch, so that the torch-only layers (``spacy_elmo.model``, ``spacy_elmo.pretrain``) and the command line start
+without them. spaCy finds the ``elmo`` factory and the architectures through the package's entry points.
+"""
+from importlib import import_module
+from typing import Any
+
 from .about import __version__
-from .embedder import ElmoEmbedder
 from .errors import ElmoError, ElmoOptionsError, ElmoPipelineError, ElmoSettingsError, ElmoWeightsError, TokenTruncationWarning
-from .model.bilm import BiLm
-from .model.encoder import ElmoEncoder
-from .model.options import ElmoOptions
-from .pipeline import Elmo, install_vector_hooks, with_vector_hooks
+
+# name -> the module that defines it, imported on first use
+_LAZY = {
+    "BiLm": ".model.bilm",
+    "Elmo": ".pipeline",
+    "ElmoEmbedder": ".embedder",
+    "ElmoEncoder": ".model.encoder",
+    "ElmoOptions": ".model.options",
+    "install_vector_hooks": ".pipeline",
+    "with_vector_hooks": ".pipeline",
+}
 
 __all__ = [
     "__version__",
@@ -23,3 +37,16 @@ __all__ = [
     "install_vector_hooks",
     "with_vector_hooks",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a lazy name's module on first use (PEP 562) and keep the name here."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

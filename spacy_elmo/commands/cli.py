@@ -5,11 +5,6 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import typer
 
-# Private (spacy.cli._util): spaCy 3.8 has no public parser of its `--section.key value` overrides, and
-# pretrain takes them as spaCy's commands do. If it moves or changes, importing this module or parsing fails:
-# tests/test_spacy_private_apis.py pins what pretrain relies on.
-from spacy.cli._util import parse_config_overrides
-
 from ..errors import ElmoError
 from ..util.interrupts import sigterm_as_interrupt
 from ..model.options import PRESET_NAMES
@@ -165,6 +160,11 @@ def pretrain(
 
     Under ``torchrun --nproc_per_node N`` the same command trains with DistributedDataParallel.
     """
+    # Private (spacy.cli._util): spaCy 3.8 has no public parser of its `--section.key value` overrides, and
+    # pretrain takes them as spaCy's commands do. If it moves or changes, parsing fails:
+    # tests/test_spacy_private_apis.py pins what pretrain relies on.
+    from spacy.cli._util import parse_config_overrides
+
     from ..pretrain.config import load_config
     from ..pretrain.trainer import Trainer
 
