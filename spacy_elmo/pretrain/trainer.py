@@ -23,7 +23,8 @@ import torch.distributed as dist
 from confection import Config
 from tqdm import tqdm
 
-from ..errors import ElmoError, InitializeError, PretrainConfigError, ResumeError
+from ..errors import ElmoError, ElmoSettingsError, InitializeError, PretrainConfigError, ResumeError
+from ..util.devices import check_device
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
 from ..model.batching import length_batches
@@ -57,12 +58,20 @@ def _distributed() -> Tuple[int, int, bool]:
     return rank, world, started
 
 
-def _device(rank: int) -> torch.device:
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", rank))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
-    return torch.device("cpu")
+def _device(local_rank: int) -> torch.device:
+    """The process's device: its own GPU (``cuda:<local_rank>``) where torch sees CUDA, else the CPU; a process
+    started beyond this machine's GPUs (``torchrun --nproc_per_node`` above their count) is a one-line error."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    try:
+        device = check_device(f"cuda:{local_rank}")
+    except ElmoSettingsError as err:
+        raise ElmoSettingsError(
+            f"process {local_rank} of this machine has no GPU: {err}; start at most {torch.cuda.device_count()} "
+            "(torchrun --nproc_per_node)"
+        ) from None
+    torch.cuda.set_device(device)
+    return device
 
 
 def _barrier() -> None:
@@ -213,8 +222,9 @@ class Trainer:
     def __init__(self, config: PretrainConfig, raw_config: Config, output_dir: Path):
         self.config = config
         self.output_dir = Path(output_dir)
+        # The device before the process group: a missing one then leaves no group to end.
+        self.device = _device(int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))))
         self.rank, self.world, self._owns_group = _distributed()
-        self.device = _device(self.rank)
         if config.training.threads > 0:
             torch.set_num_threads(config.training.threads)
         self.precision, self.precision_reason = _precision(config.training.bf16, self.device)
