@@ -18,7 +18,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..sources.download import resolve_model
 from ..errors import ElmoSettingsError, ElmoWeightsError
-from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
+from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
 from ..util.threads import DEFAULT_BATCH_WAIT_MS, DEFAULT_THREADS, RequestBatcher, check_threads, torch_threads
 from .architectures import (
     bilm_options,
@@ -32,7 +32,7 @@ from .architectures import (
     mix_docs,
     reset_state,
 )
-from .config_types import CacheMegabytes, Mix, ModelName, Threads, WaitMilliseconds, check_cache_mb
+from .config_types import CacheMegabytes, Mix, ModelName, Threads, WaitMilliseconds, check_cache_mb, check_config_setting
 from .extensions import install_extensions, install_vector_hooks, to_numpy_f32
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
@@ -406,6 +406,7 @@ class Elmo(TrainablePipe):
         if self.set_tensor and nlp is not None:
             _refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
+        check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, bilm_options(self.model).n_output_layers)
         self.layer_cache.clear()
         for listener in self.listeners:
             self._set_listener_dims(listener)
