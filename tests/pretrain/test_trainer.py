@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo import ElmoEmbedder
+from spacy_elmo import ElmoEmbedder, ElmoSettingsError
 from spacy_elmo.model.batch_encoder import BatchEncoder
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.pretrain.config import load_config
@@ -229,3 +229,13 @@ def test_adapting_another_architecture_is_refused_before_writing(tmp_path):
     with pytest.raises(InitializeError, match="lstm_dim: 64 there, 32 in"):
         Trainer(typed, raw, tmp_path / "adapted")
     assert not (tmp_path / "adapted").exists()
+
+
+def test_a_process_beyond_the_machines_gpus_is_refused_in_one_line_before_writing(tmp_path, monkeypatch):
+    """``torchrun --nproc_per_node 4`` on a machine with one GPU: processes 1-3 have none of their own."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with pytest.raises(ElmoSettingsError, match=r"process 3 of this machine has no GPU: .*start at most 1 \(torchrun --nproc_per_node\)"):
+        _trainer(tmp_path / "out", 5)
+    assert not (tmp_path / "out").exists()
