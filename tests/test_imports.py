@@ -53,7 +53,7 @@ def test_spacy_finds_the_factory_and_architectures_without_importing_spacy_elmo(
         "nlp.add_pipe('elmo')\n"
         "from spacy.util import registry\n"
         "for name in ('spacy_elmo.ElmoListener.v1', 'spacy_elmo.ElmoEmbedding.v2', 'spacy_elmo.ElmoBiLm.v2'):\n"
-        "    registry.architectures.get(name)\n"
+        "    registry.get('architectures', name)\n"
         "print(nlp('A cat .')._.elmo.shape)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
