@@ -36,7 +36,7 @@ from spacy.training import Example
 from thinc.api import ConfigValidationError, fix_random_seed
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.model.precision import native_bf16_cpu
+from spacy_elmo.model.cpu import native_bf16_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_embed import UD, _cpu_model, make_model, read_conllu  # noqa: E402

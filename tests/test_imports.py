@@ -37,7 +37,7 @@ def test_the_torch_level_packages_import_neither_spacy_nor_thinc(package):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", [["--version"], ["--help"]])
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["list"]])
 def test_the_command_line_starts_without_spacy_or_torch(argv):
     code = f"import sys; sys.argv = ['spacy_elmo', *{argv!r}]\nimport runpy\ntry:\n    runpy.run_module('spacy_elmo', run_name='__main__')\nexcept SystemExit:\n    pass"
     loaded = _loaded_after(code)

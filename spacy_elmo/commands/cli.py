@@ -85,7 +85,7 @@ def list_models(
     from ..sources.catalog import CATALOG
     from ..sources.resolve import EMBEDDED_MODELS, embedded_model_size
     from ..sources.download import cache_dir, downloaded
-    from ..model.precision import suggested_precision
+    from ..model.cpu import suggested_precision
 
     def wanted(name: str, language: str) -> bool:
         return match is None or match.lower() in name.lower() or match.lower() == language.lower()

@@ -70,10 +70,10 @@ def test_pretrain_reports_perplexities_readably():
 @pytest.mark.parametrize("vnni, bf16, expected", [(True, True, "int8"), (True, False, "int8"), (False, True, "fp32"),
                                                   (False, False, "fp32")])
 def test_list_says_which_precision_suits_the_cpu(monkeypatch, vnni, bf16, expected):
-    import spacy_elmo.model.precision as precision_module
+    import spacy_elmo.model.cpu as cpu_module
 
-    monkeypatch.setattr(precision_module, "vnni_cpu", lambda: vnni)
-    monkeypatch.setattr(precision_module, "native_bf16_cpu", lambda: bf16)
+    monkeypatch.setattr(cpu_module, "vnni_cpu", lambda: vnni)
+    monkeypatch.setattr(cpu_module, "native_bf16_cpu", lambda: bf16)
     line = CliRunner().invoke(app, ["list", "zh"]).output.splitlines()[1]
     assert line.startswith(f"Precision for this machine: '{expected}'")
     assert ("'bf16' is closer to fp32" in line) == (vnni and bf16)
