@@ -22,9 +22,8 @@ from typing import List, Optional
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from torch_only import ROOT, load_package  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's spacy_elmo, spaCy or not
 FIXTURE = ROOT.parent / "shared" / "data" / "elmo_fixture" / "allennlp"
 EMBEDDED = ROOT / "spacy_elmo" / "data" / "en_gutenberg_tiny"
 TEXTS = ["The cat sat on the mat .", "EU rejects German call to boycott British lamb .", "Short"]
@@ -107,7 +106,6 @@ def main(argv: Optional[List[str]] = None) -> None:
 
         if not torch.cuda.is_available():
             raise SystemExit("torch sees no CUDA device: run on a GPU machine, or give --cpu to check the script")
-    load_package()
     check_torch(args.options, args.weights, device)
     try:
         import spacy

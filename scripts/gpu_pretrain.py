@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_only import load_package  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's spacy_elmo, spaCy or not
 
 
 def parse_overrides(args: List[str]) -> Dict[str, Any]:
@@ -32,7 +31,6 @@ def main(argv: List[str]) -> int:
     """Train as the config and overrides say; returns the exit status."""
     if len(argv) < 2:
         raise SystemExit("usage: python scripts/gpu_pretrain.py CONFIG OUTPUT_DIR [--section.key VALUE ...]")
-    load_package()
     from spacy_elmo.errors import ElmoError
     from spacy_elmo.pretrain.config import load_config
     from spacy_elmo.pretrain.trainer import Trainer

@@ -1,15 +1,16 @@
 """spacy-elmo: ELMo contextual word vectors for spaCy, on a PyTorch biLM that reads AllenNLP/bilm-tf weights.
 
-The names below are imported when first used, so that the parts which need no spaCy (``spacy_elmo.model``,
-``spacy_elmo.allennlp``) can be imported by a PyTorch program without importing spaCy and thinc.
+The names below import what they need when first used: ``import spacy_elmo`` alone loads neither spaCy nor
+torch, so that the torch-only layers (``spacy_elmo.model``, ``spacy_elmo.pretrain``) and the command line start
+without them. spaCy finds the ``elmo`` factory and the architectures through the package's entry points.
 """
-import importlib
+from importlib import import_module
 from typing import Any
 
 from .about import __version__
 from .errors import ElmoError, ElmoOptionsError, ElmoPipelineError, ElmoSettingsError, ElmoWeightsError, TokenTruncationWarning
 
-# Public name -> the module that defines it, imported on first access.
+# name -> the module that defines it, imported on first use
 _LAZY = {
     "BiLm": ".model.bilm",
     "Elmo": ".pipeline",
@@ -39,9 +40,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    """Import a lazy name's module on first use (PEP 562) and keep the name here."""
     if name not in _LAZY:
-        raise AttributeError(f"module 'spacy_elmo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_LAZY[name], __name__), name)
     globals()[name] = value
     return value
 

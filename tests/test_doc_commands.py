@@ -76,13 +76,14 @@ CHECKS: Dict[str, Check] = {
     "python -m spacy_elmo download manylangs-de": Check("help"),
     "python -m spacy_elmo embed corpus.txt int8.hdf5 --layers top --precision int8": Check("as written"),
     "python -m spacy_elmo init-config --preset tiny pretrain.cfg": Check("as written"),
-    'python -m spacy_elmo pretrain pretrain.cfg out/ --paths.train "corpus/*.txt.gz" --paths.dev heldout.txt.gz':
-        Check("budget", extra=PRETRAIN_BUDGET),
+    'python -m spacy_elmo pretrain pretrain.cfg out/ --paths.train "corpus/*.txt.gz" --paths.dev heldout.txt.gz '
+    "--training.max_steps 4000": Check("budget", extra=PRETRAIN_BUDGET),
     "python -m spacy_elmo plot-pretrain out/ curves.png": Check("as written"),
     # docs/pretraining.md
-    'torchrun --nproc_per_node 4 -m spacy_elmo pretrain pretrain.cfg out/ --paths.train "corpus/*.txt.gz"':
+    'torchrun --nproc_per_node 2 -m spacy_elmo pretrain pretrain.cfg out/ --paths.train "corpus/*.txt.gz" '
+    "--training.max_tokens 5000000": Check("help"),
+    "python -m spacy_elmo pretrain configs/pretrain_zh_classics_tiny.cfg runs/zh_classics_tiny --training.max_steps 2100":
         Check("help"),
-    "python -m spacy_elmo pretrain configs/pretrain_zh_classics_tiny.cfg runs/zh_classics_tiny": Check("help"),
     # docs/usage.md
     "python -m spacy project run convert": Check("as written"),
     "python -m spacy_elmo embed corpus.txt corpus.hdf5": Check("as written"),

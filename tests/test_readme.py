@@ -106,7 +106,7 @@ def test_config_blocks_use_registered_settings(page: Path):
     for block in _blocks(page, "ini"):
         config = _parse_fragment(block)
         for name, section in _architecture_sections(config):
-            function = registry.architectures.get(section["@architectures"])
+            function = registry.get("architectures", section["@architectures"])
             parameters = set(inspect.signature(function).parameters)
             assert set(section) - {"@architectures"} <= parameters, (name, set(section) - parameters)
             sections += 1
@@ -178,7 +178,7 @@ def _settings(heading: str) -> Set[str]:
         return set(Language.get_factory_meta("elmo").default_config)
     if heading == "ElmoEmbedder":
         return set(inspect.signature(ElmoEmbedder.__init__).parameters) - {"self"}
-    return set(inspect.signature(registry.architectures.get(heading)).parameters)
+    return set(inspect.signature(registry.get("architectures", heading)).parameters)
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,11 @@
 """``python -m spacy_elmo``: commands in spaCy's CLI style (config file + dotted overrides)."""
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import typer
 
-# Private (spacy.cli._util): spaCy 3.8 has no public parser of its `--section.key value` overrides, and
-# pretrain takes them as spaCy's commands do. If it moves or changes, importing this module or parsing fails:
-# tests/test_spacy_private_apis.py pins what pretrain relies on.
-from spacy.cli._util import parse_config_overrides
-
-from ..errors import ElmoError
+from ..errors import ElmoError, ElmoSettingsError
 from ..util.interrupts import sigterm_as_interrupt
 from ..model.options import PRESET_NAMES
 from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS
@@ -52,7 +47,8 @@ def demo(
     """Show contextual nearest neighbours separating the senses of "bank" and "play"."""
     from .demo import run
 
-    run(options_file, weight_file)
+    with user_errors():
+        run(options_file, weight_file)
 
 
 @app.command("download")
@@ -89,7 +85,7 @@ def list_models(
     from ..sources.catalog import CATALOG
     from ..sources.resolve import EMBEDDED_MODELS, embedded_model_size
     from ..sources.download import cache_dir, downloaded
-    from ..model.precision import suggested_precision
+    from ..model.cpu import suggested_precision
 
     def wanted(name: str, language: str) -> bool:
         return match is None or match.lower() in name.lower() or match.lower() == language.lower()
@@ -165,6 +161,11 @@ def pretrain(
 
     Under ``torchrun --nproc_per_node N`` the same command trains with DistributedDataParallel.
     """
+    # Private (spacy.cli._util): spaCy 3.8 has no public parser of its `--section.key value` overrides, and
+    # pretrain takes them as spaCy's commands do. If it moves or changes, parsing fails:
+    # tests/test_spacy_private_apis.py pins what pretrain relies on.
+    from spacy.cli._util import parse_config_overrides
+
     from ..pretrain.config import load_config
     from ..pretrain.trainer import Trainer
 
@@ -216,12 +217,14 @@ def embed(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
     """Embed every line of a corpus into an HDF5 file (dataset "<k>" and "tokens/<k>" for line k). Rerun to resume."""
-    from .embed import EmbedSettings, Shard, embed_file, shard_output
+    from .embed import EmbedSettings, Shard, embed_file, resolve_device, shard_output
     from ..sources.download import resolve_model
     from ..model.encoder import DEFAULT_INITIAL_STATE
+    from ..runtime.devices import check_device
 
     try:
         with user_errors():
+            _option("--device", check_device, resolve_device(device))
             if model is not None:
                 if options_file is not None or weight_file is not None:
                     raise typer.BadParameter("Give --model or --options/--weights, not both")
@@ -255,6 +258,14 @@ def embed(
     else:  # resumed: the others were written by an earlier run
         this_run = f"{result.lines_written:,} lines and {result.tokens_written:,} tokens in this run"
         typer.echo(f"Done: {result.lines_total:,} lines ({this_run}) → {output}")
+
+
+def _option(option: str, check: Callable[[str], Any], value: str) -> None:
+    """``check(value)``, its settings error (which names no option) named after the command line's ``option``."""
+    try:
+        check(value)
+    except ElmoSettingsError as err:
+        raise ElmoSettingsError(f"{option}: {err}") from None
 
 
 def _parse_weights(text: Optional[str]) -> Optional[Tuple[float, ...]]:

@@ -1,12 +1,11 @@
 """Fixed mixes of the biLM layers: ``"average"``, ``"top"`` or one weight per layer.
 
 Used where the weights are a setting, not learned: the ``elmo`` component's ``Doc._.elmo`` and
-the ``embed`` command's ``--layers``. (A listener learns its own mix: ``pipeline/mix.py``.)
+the ``embed`` command's ``--layers``. (A listener learns its own mix: ``spacy_elmo.pipeline.scalar_mix``.)
 """
 from typing import Literal, Sequence, Union, get_args
 
 import numpy as np
-from thinc.types import Floats1d
 
 from ..errors import ElmoSettingsError
 from ..util.numbers import is_number
@@ -28,16 +27,20 @@ def check_mix_spec(spec: MixSpec) -> None:
         raise ElmoSettingsError("mix is an empty list; give one weight per biLM layer, or 'average' / 'top'")
 
 
-def fixed_mix_weights(spec: MixSpec, n_layers: int) -> Floats1d:
+def check_mix_fits(spec: MixSpec, n_layers: int) -> None:
+    """Refuse a list of weights whose length is not the biLM's ``n_layers`` (names fit any biLM)."""
+    if not isinstance(spec, str) and len(spec) != n_layers:
+        raise ElmoSettingsError(
+            f"mix gives {len(spec)} weights, but this biLM has {n_layers} layers (the token layer and "
+            f"{n_layers - 1} LSTM layers); give {n_layers} weights, or 'average' / 'top'"
+        )
+
+
+def fixed_mix_weights(spec: MixSpec, n_layers: int) -> np.ndarray:
     """The weights of ``spec``: ``"average"`` (1/n each), ``"top"`` (the last layer) or as given."""
     if spec == "average":
         return np.full(n_layers, 1.0 / n_layers, dtype=np.float32)
     if spec == "top":
         return np.eye(n_layers, dtype=np.float32)[-1]
-    weights = np.asarray(spec, dtype=np.float32)
-    if weights.shape != (n_layers,):
-        raise ElmoSettingsError(
-            f"mix gives {weights.size} weights, but this biLM has {n_layers} layers (the token layer and "
-            f"{n_layers - 1} LSTM layers); give {n_layers} weights, or 'average' / 'top'"
-        )
-    return weights
+    check_mix_fits(spec, n_layers)
+    return np.asarray(spec, dtype=np.float32)

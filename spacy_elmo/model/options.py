@@ -9,7 +9,7 @@ The JSON layout is the one the published ELMo models use::
 Keys this package does not use (bilm-tf writes training settings such as ``n_tokens_vocab`` or
 ``dropout`` into the same file) are kept, so that a file read and written back loses nothing.
 
-Models converted from ELMoForManyLangs (see :mod:`spacy_elmo.manylangs`) add two optional parts:
+Models converted from ELMoForManyLangs (see :mod:`spacy_elmo.formats.manylangs`) add two optional parts:
 ``char_cnn.vocabulary`` (a character table instead of UTF-8 bytes, see
 :class:`spacy_elmo.model.token_ids.TokenIds`) and a top-level ``word_embedding`` whose vectors
 are joined to the char CNN's features before the projection.

@@ -20,6 +20,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from ..errors import ElmoSettingsError
+from .cpu import native_bf16_cpu
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
@@ -32,35 +33,6 @@ ROW_BLOCK = 16
 Scratch = Dict[Tuple[int, int], torch.Tensor]
 
 _FLOAT_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def native_bf16_cpu() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512_BF16 or AMX); without it bf16 is slower than fp32.
-
-    torch exposes the test only as ``torch.cpu._is_avx512_bf16_supported`` / ``_is_amx_tile_supported`` (no public
-    equivalent in 2.13); a torch without them counts as "no".
-    """
-    checks = (getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
-    return any(check() for check in checks if check is not None)
-
-
-def vnni_cpu() -> bool:
-    """Whether this CPU has AVX512-VNNI, where int8 products run several times faster than fp32 (private torch
-    test, as for :func:`native_bf16_cpu`)."""
-    check = getattr(torch.cpu, "_is_vnni_supported", None)
-    return bool(check is not None and check())
-
-
-def suggested_precision() -> Tuple[str, str]:
-    """The precision that suits this CPU, and why (measured: BENCHMARKS.md, "Reduced precision")."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    if vnni_cpu():
-        closer = "; 'bf16' is closer to fp32" if native_bf16_cpu() else ""
-        return "int8", f"this CPU ({capability}) has AVX512-VNNI, where int8 products run fastest{closer}"
-    return "fp32", (
-        f"this CPU ({capability}) has no AVX512-VNNI: there 'int8' was measured 1.2x fp32 for 'small' and 1.9x for "
-        f"'original' at one thread (1.0x for 'small' at two), so it pays for the large models only{'' if native_bf16_cpu() else '; bf16 needs native bf16'}"
-    )
 
 
 def check_precision_name(precision: str, name: str = "precision") -> None:

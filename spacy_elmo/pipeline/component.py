@@ -18,7 +18,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..sources.download import resolve_model
 from ..errors import ElmoSettingsError, ElmoWeightsError
-from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_spec, fixed_mix_weights
+from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from ..runtime.settings import DEFAULT_BATCH_WAIT_MS, DEFAULT_SHARED_BATCH_TOKENS, DEFAULT_THREADS
 from .architectures import (
@@ -32,7 +32,7 @@ from .architectures import (
     runtime_of,
     settings_dict,
 )
-from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb
+from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
 from .extensions import install_extensions, install_vector_hooks
 from .handoff import LayerHandoff
 from .layer_cache import LayerCache
@@ -415,6 +415,7 @@ class Elmo(TrainablePipe):
             _refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
         self._mix_weights = None
+        check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, self.runtime.options.n_output_layers)
         self.layer_cache.clear()
         for listener in self.listeners:
             self._set_listener_dims(listener)

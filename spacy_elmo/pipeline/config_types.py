@@ -10,6 +10,8 @@ number through. The same checks run when a component or architecture is built fr
 """
 from typing import Any, Callable, Iterator
 
+from confection import ConfigValidationError
+
 from ..errors import ElmoError, ElmoSettingsError
 from ..model.fixed_mix import check_mix_spec
 from ..model.token_cache import check_cache_size
@@ -43,6 +45,32 @@ class SettingType(type):
         except ElmoError as err:
             raise ValueError(str(err)) from None
         return value
+
+
+class ElmoConfigError(ElmoSettingsError, ConfigValidationError):
+    """A setting that does not fit what it meets at ``initialize``: a listener's ``upstream`` that no ``elmo``
+    component answers, a ``mix`` with another number of weights than the biLM has layers.
+
+    A ConfigValidationError too, which spaCy's commands (``spacy train``, ``spacy init pipeline``...) print as a
+    config error, with no traceback; the title is the whole message, so that they print one line.
+    """
+
+    def __str__(self) -> str:
+        return self.title or super().__str__()
+
+
+def config_error(message: str) -> ElmoConfigError:
+    """The :class:`ElmoConfigError` whose one line is ``message``."""
+    return ElmoConfigError(title=message, show_config=False)
+
+
+def check_config_setting(key: str, check: Callable[..., Any], *args: Any) -> None:
+    """``check(*args)``; the ElmoError it raises becomes an :class:`ElmoConfigError` naming the config's ``key``
+    (``components.elmo.mix``)."""
+    try:
+        check(*args)
+    except ElmoError as err:
+        raise config_error(f"{key}: {err}") from None
 
 
 def setting_type(name: str, accepts: str, check: Callable[[Any], Any]) -> type:

@@ -32,7 +32,7 @@ from thinc.types import Floats2d, Floats3d
 from ..errors import ElmoPipelineError
 from ..sources.resolve import DEFAULT_LANG
 from .architectures import bilm_config, configure_bilm_model, frozen_backprop
-from .config_types import DropoutRate, Penalty
+from .config_types import DropoutRate, Penalty, config_error
 from .handoff import LayerHandoff
 from .scalar_mix import build_scalar_mix
 
@@ -107,6 +107,7 @@ def build_listener_layer(upstream_name: str) -> Model[List[Doc], List[Floats3d]]
     return Model(
         LISTENER_NAME,
         _listener_forward,
+        init=_listener_init,
         dims={"nO": None, "nL": None},
         attrs={UPSTREAM: upstream_name, STATE: ListenerState()},
     )
@@ -143,6 +144,27 @@ def take_layers(node: Model, doc: Doc) -> Optional[Floats3d]:
         if layers is not None:
             return layers
     return None
+
+
+def _listener_init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
+    """Refuse, as a config error, a listener that no ``elmo`` component feeds: at ``nlp.initialize`` spaCy has
+    linked every listener to the components before it, so an unlinked one has a wrong ``upstream`` or no ``elmo``
+    component before it in ``[nlp] pipeline``."""
+    if not listener_state(model).handoffs:
+        raise config_error(unlinked_message(upstream_name(model)))
+
+
+def unlinked_message(upstream: str) -> str:
+    """What to fix when no ``elmo`` component feeds a listener of ``upstream`` (``"*"``: any)."""
+    if upstream == "*":
+        return (
+            'ELMo listener with upstream = "*": no \'elmo\' component comes before it in [nlp] pipeline; add "elmo" '
+            'there, before the component that listens (its block [components.elmo] has factory = "elmo")'
+        )
+    return (
+        f'ELMo listener with upstream = "{upstream}": no \'elmo\' component of that name comes before it in [nlp] '
+        f'pipeline; add "{upstream}" there (factory = "elmo"), or set upstream to the name of one, or to "*"'
+    )
 
 
 def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:

@@ -1,4 +1,4 @@
-"""The trainable scalar mix of each listener (the fixed mixes are in ``spacy_elmo.layer_mix``).
+"""The trainable scalar mix of each listener (the fixed mixes are in ``spacy_elmo.model.fixed_mix``).
 
 It is Peters et al. (2018), eq. 1: ``gamma * sum_j softmax(s)_j * h_j``, per Doc,
 with optional layer normalisation of each layer over the Doc's tokens, dropout on the result

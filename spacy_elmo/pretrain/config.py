@@ -22,7 +22,7 @@ from pydantic import (
 from ..errors import PretrainConfigError
 from ..model.encoder import TRAINING_START_KEY
 from ..model.options import ElmoOptions, PRESET_NAMES, preset
-from ..model.precision import native_bf16_cpu
+from ..model.cpu import native_bf16_cpu
 
 
 class _Section(BaseModel):

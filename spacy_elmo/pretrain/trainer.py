@@ -15,6 +15,7 @@ import time
 import warnings
 from contextlib import nullcontext
 from dataclasses import fields
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -23,7 +24,8 @@ import torch.distributed as dist
 from confection import Config
 from tqdm import tqdm
 
-from ..errors import ElmoError, InitializeError, PretrainConfigError, ResumeError
+from ..errors import ElmoError, ElmoSettingsError, InitializeError, PretrainConfigError, ResumeError
+from ..runtime.devices import check_device
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
 from ..model.batching import length_batches
@@ -57,12 +59,20 @@ def _distributed() -> Tuple[int, int, bool]:
     return rank, world, started
 
 
-def _device(rank: int) -> torch.device:
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", rank))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
-    return torch.device("cpu")
+def _device(local_rank: int) -> torch.device:
+    """The process's device: its own GPU (``cuda:<local_rank>``) where torch sees CUDA, else the CPU; a process
+    started beyond this machine's GPUs (``torchrun --nproc_per_node`` above their count) is a one-line error."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    try:
+        device = check_device(f"cuda:{local_rank}")
+    except ElmoSettingsError as err:
+        raise ElmoSettingsError(
+            f"process {local_rank} of this machine has no GPU: {err}; start at most {torch.cuda.device_count()} "
+            "(torchrun --nproc_per_node)"
+        ) from None
+    torch.cuda.set_device(device)
+    return device
 
 
 def _barrier() -> None:
@@ -213,8 +223,9 @@ class Trainer:
     def __init__(self, config: PretrainConfig, raw_config: Config, output_dir: Path):
         self.config = config
         self.output_dir = Path(output_dir)
+        # The device before the process group: a missing one then leaves no group to end.
+        self.device = _device(int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))))
         self.rank, self.world, self._owns_group = _distributed()
-        self.device = _device(self.rank)
         if config.training.threads > 0:
             torch.set_num_threads(config.training.threads)
         self.precision, self.precision_reason = _precision(config.training.bf16, self.device)
@@ -442,6 +453,7 @@ class Trainer:
             evaluated_at = 0
         bar = tqdm(total=training.max_steps, initial=self.step, disable=not progress or self.rank != 0, unit="step")
         window = _Window(self.tokens_seen)
+        pace: Optional[_Window] = _Window(self.tokens_seen)  # this call's steps, until the first evaluation tells the pace
         last_eval: Optional[Dict[str, float]] = None
         with stop_on_signal() as stop:
             while self.step < training.max_steps and not self._tokens_reached():
@@ -449,6 +461,8 @@ class Trainer:
                 loss, tokens = self.train_step()
                 interrupted = self._count_and_agree(tokens, stop.requested)
                 window.add(loss)
+                if pace is not None:
+                    pace.add(loss)
                 self.elapsed += time.perf_counter() - start
                 bar.update(1)
                 if self.step % training.log_every == 0:
@@ -458,6 +472,9 @@ class Trainer:
                 if self.step % training.eval_every == 0:
                     last_eval = self._evaluate() or last_eval
                     evaluated_at = self.step
+                    if pace is not None and self.rank == 0 and self.step < training.max_steps and not self._tokens_reached():
+                        tqdm.write(self._pace(pace))
+                    pace = None
                 if interrupted:
                     bar.close()
                     self._log_window(window)
@@ -472,12 +489,46 @@ class Trainer:
         self.save_checkpoint()
         return {"step": self.step, "tokens_seen": self.tokens_seen, "eval": last_eval}
 
+    def _pace(self, since: "_Window") -> str:
+        """The speed of this call's steps so far (evaluations included) and when the run will end at that speed."""
+        training = self.config.training
+        seconds = time.perf_counter() - since.start
+        steps_left = estimated_steps_left(
+            self.step, training.max_steps, self.tokens_seen, training.max_tokens, since.steps, self.tokens_seen - since.tokens_at_start
+        )
+        return pace_line(since.steps / seconds, steps_left, datetime.now())
+
     def _log_window(self, window: "_Window") -> Dict[str, Any]:
         """Log the steps since the last record (none if there are none) and return the record."""
         record = {**window.record(self.step, self.tokens_seen, self.elapsed), "precision": self.precision}
         if window.steps:
             self._log(record)
         return record
+
+
+def estimated_steps_left(
+    step: int, max_steps: int, tokens_seen: int, max_tokens: Optional[int], steps_done: int, tokens_done: int
+) -> int:
+    """Steps until ``max_steps`` or, at the ``tokens_done / steps_done`` tokens per step seen so far, ``max_tokens``."""
+    left = max_steps - step
+    if max_tokens is not None and tokens_done > 0:
+        left = min(left, math.ceil(max(max_tokens - tokens_seen, 0) * steps_done / tokens_done))
+    return left
+
+
+def pace_line(steps_per_s: float, steps_left: int, now: datetime) -> str:
+    """``"1.10 steps/s; 98,000 steps to go: about 24 h 45 min, ending around 2026-12-03 17:10"``."""
+    seconds = steps_left / steps_per_s
+    end = now + timedelta(seconds=seconds)
+    return f"{steps_per_s:.2f} steps/s; {steps_left:,} steps to go: about {_duration(seconds)}, ending around {end:%Y-%m-%d %H:%M}"
+
+
+def _duration(seconds: float) -> str:
+    """``90061`` → ``"25 h 1 min"``; ``125`` → ``"2 min"``; ``40`` → ``"40 s"``."""
+    if seconds < 60:
+        return f"{round(seconds)} s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
 
 
 class _Window:

@@ -19,6 +19,7 @@ from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.resolve import model_files
 from ..util.batcher import RequestBatcher
+from .devices import check_device
 from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
@@ -58,8 +59,9 @@ class ElmoRuntime:
     @classmethod
     def load(cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None) -> "ElmoRuntime":
         """Read the biLM that ``settings`` names (its files, a downloaded model's name, or the embedded model)."""
+        target = check_device(str(device or "cpu"))
         bilm = load_files(*model_files(settings.options_file, settings.weight_file, settings.lang))
-        return cls(ElmoEncoder(bilm).to(device or "cpu"), settings)
+        return cls(ElmoEncoder(bilm).to(target), settings)
 
     @property
     def options(self) -> ElmoOptions:

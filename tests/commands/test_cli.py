@@ -4,11 +4,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from confection import Config
 from typer.testing import CliRunner
 
 from spacy_elmo.commands.cli import _held_out, app
 from spacy_elmo.model.options import preset
+
+from tests.conftest import torchrun
 
 
 def _cli(*args, cwd=None):
@@ -67,10 +70,10 @@ def test_pretrain_reports_perplexities_readably():
 @pytest.mark.parametrize("vnni, bf16, expected", [(True, True, "int8"), (True, False, "int8"), (False, True, "fp32"),
                                                   (False, False, "fp32")])
 def test_list_says_which_precision_suits_the_cpu(monkeypatch, vnni, bf16, expected):
-    import spacy_elmo.model.precision as precision_module
+    import spacy_elmo.model.cpu as cpu_module
 
-    monkeypatch.setattr(precision_module, "vnni_cpu", lambda: vnni)
-    monkeypatch.setattr(precision_module, "native_bf16_cpu", lambda: bf16)
+    monkeypatch.setattr(cpu_module, "vnni_cpu", lambda: vnni)
+    monkeypatch.setattr(cpu_module, "native_bf16_cpu", lambda: bf16)
     line = CliRunner().invoke(app, ["list", "zh"]).output.splitlines()[1]
     assert line.startswith(f"Precision for this machine: '{expected}'")
     assert ("'bf16' is closer to fp32" in line) == (vnni and bf16)
@@ -121,3 +124,50 @@ def test_embed_reports_a_wrong_model_option_in_one_line_without_a_traceback(tmp_
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("✘ ") and named[wrong] in done.stderr, done.stderr
     assert ("damaged" in done.stderr) == (wrong == "damaged")
+
+
+def _damaged_weights(folder: Path) -> Path:
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "elmo" / "allennlp"
+    damaged = folder / "damaged.hdf5"
+    damaged.write_bytes((fixtures / "lm_weights.hdf5").read_bytes()[:2000])
+    return damaged
+
+
+@pytest.mark.parametrize("weights", ["missing", "damaged"])
+def test_demo_reports_a_missing_or_damaged_weight_file_in_one_line(tmp_path, weights):
+    options = Path(__file__).resolve().parents[1] / "fixtures" / "elmo" / "allennlp" / "options.json"
+    path = tmp_path / "nope.hdf5" if weights == "missing" else _damaged_weights(tmp_path)
+    done = CliRunner().invoke(app, ["demo", "--options", str(options), "--weights", str(path)])
+    assert done.exit_code == 1 and isinstance(done.exception, SystemExit)
+    errors = [line for line in done.output.splitlines() if line.startswith("✘ ")]
+    assert len(errors) == 1 and str(path) in errors[0], done.output
+    assert ("not found" in errors[0]) == (weights == "missing")
+
+
+def _absent_device() -> str:
+    """A CUDA device this machine lacks: any, without CUDA; else the one after the last."""
+    return f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
+
+
+@pytest.mark.parametrize("device", ["absent", "cdua", "meta"])
+def test_embed_reports_a_device_this_machine_lacks_in_one_line_before_writing(tmp_path, device):
+    device = _absent_device() if device == "absent" else device
+    (tmp_path / "in.txt").write_text("The cat sat .\n", encoding="utf-8")
+    done = CliRunner().invoke(app, ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--device", device])
+    assert done.exit_code == 1 and isinstance(done.exception, SystemExit)
+    assert done.output.startswith("✘ --device: ") and done.output.count("\n") == 1, done.output
+    assert repr(device) in done.output
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+@pytest.mark.slow
+def test_embed_under_torchrun_reports_a_device_this_machine_lacks_in_one_line_per_process(tmp_path):
+    (tmp_path / "in.txt").write_text("The cat sat .\nA dog barked .\n", encoding="utf-8")
+    command = torchrun("-m", "spacy_elmo", "embed", str(tmp_path / "in.txt"), str(tmp_path / "out-{shard}.hdf5"),
+                       "--shard", "auto", "--device", "cuda" if not torch.cuda.is_available() else "cuda:99")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    errors = [line for line in output.splitlines() if line.startswith("✘ --device: ")]
+    assert 1 <= len(errors) <= 2, output  # torchrun may stop the second process before it reports
+    assert "spacy_elmo/" not in output, output  # torchrun's own report follows, but no frame of the package's code

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 import spacy
 from confection import ConfigValidationError
+from spacy.tokens import DocBin
 
 from spacy_elmo.errors import ElmoSettingsError
 from spacy_elmo.pipeline.config_types import SettingType, setting_type
 from spacy_elmo.sources.download import MANIFEST
 from spacy_elmo.sources.resolve import check_model_source
 
-from tests.pipeline.conftest import OPTIONS, elmo_config
+from tests.pipeline.conftest import OPTIONS, WEIGHTS, elmo_config, examples
 
 TAGGER = Path(__file__).resolve().parents[2] / "spacy_elmo" / "pipeline" / "configs" / "tagger.cfg"
 
@@ -83,3 +84,69 @@ def test_a_setting_type_prints_as_what_it_accepts_and_passes_the_values_its_chec
     assert Even.validate(4) == 4
     with pytest.raises(ValueError, match="odd: 3"):
         Even.validate(3)
+
+
+def _listening_tagger(upstream: str = "*", with_elmo: bool = True, **elmo_settings) -> spacy.Language:
+    nlp = spacy.blank("en")
+    if with_elmo:
+        nlp.add_pipe("elmo", config=elmo_config(store_vectors=False, **elmo_settings))
+    listener = {"@architectures": "spacy_elmo.ElmoListener.v1", "upstream": upstream}
+    nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": listener}})
+    return nlp
+
+
+# (what is wrong, the pipeline, what the error must say)
+INITIALIZE_MISTAKES = {
+    "an upstream no component answers": (dict(upstream="elmoo"), 'upstream = "elmoo": no \'elmo\' component of that name'),
+    "no elmo component": (dict(with_elmo=False), 'add "elmo" there, before the component that listens'),
+    "a mix of 2 weights for 3 layers": (dict(mix=[0.5, 0.5]), "components.elmo.mix: mix gives 2 weights, but this biLM has 3 layers"),
+}
+
+
+@pytest.mark.parametrize("mistake", INITIALIZE_MISTAKES)
+def test_initialize_refuses_a_listener_without_elmo_or_a_mix_that_does_not_fit_as_a_config_error(mistake):
+    settings, expected = INITIALIZE_MISTAKES[mistake]
+    nlp = _listening_tagger(**settings)
+    with pytest.raises(ConfigValidationError) as caught:
+        nlp.initialize(lambda: examples(nlp))
+    assert isinstance(caught.value, ElmoSettingsError)
+    assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_listener_of_a_named_elmo_component_and_a_mix_of_one_weight_per_layer_initialize():
+    nlp = _listening_tagger(upstream="elmo", mix=[0.2, 0.3, 0.5])
+    nlp.initialize(lambda: examples(nlp))
+    assert nlp("A cat sat .")._.elmo is None  # store_vectors is off; the tagger runs on the listener
+    assert len(nlp("A cat sat .")) == 4
+
+
+@pytest.fixture(scope="module")
+def tagged_corpus(tmp_path_factory) -> Path:
+    nlp = spacy.blank("en")
+    path = tmp_path_factory.mktemp("corpus") / "train.spacy"
+    DocBin(docs=[example.reference for example in examples(nlp)]).to_disk(path)
+    return path
+
+
+# spaCy's command-line overrides of tagger.cfg (upstream = "elmo") that make each mistake
+TRAIN_MISTAKES = {
+    "an upstream no component answers": (["--components.tagger.model.tok2vec.upstream", "elmoo"], 'upstream = "elmoo"'),
+    "no elmo component": (["--nlp.pipeline", '["tok2vec", "tagger"]'], 'add "elmo" there'),
+    "a mix of 2 weights for 3 layers": (["--components.elmo.mix", "[0.5, 0.5]"], "components.elmo.mix: mix gives 2 weights"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake", TRAIN_MISTAKES)
+def test_spacy_train_stops_at_initialize_with_one_line_naming_the_setting(mistake, tagged_corpus, tmp_path):
+    overrides, expected = TRAIN_MISTAKES[mistake]
+    done = subprocess.run(
+        [sys.executable, "-m", "spacy", "train", str(TAGGER), "--output", str(tmp_path / "out"), "--paths.train",
+         str(tagged_corpus), "--paths.dev", str(tagged_corpus), "--paths.elmo_options", OPTIONS, "--paths.elmo_weights",
+         WEIGHTS, *overrides],
+        capture_output=True, text=True, timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in output, output
+    assert output.count("✘") == 1 and expected in " ".join(output.split("✘")[1].split()), output  # spaCy wraps at 80
+    assert "Training pipeline" not in output and not (tmp_path / "out" / "model-last").exists()

@@ -2,16 +2,17 @@ import json
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 
 import numpy as np
 import pytest
 import torch
 
-from spacy_elmo import ElmoEmbedder
+from spacy_elmo import ElmoEmbedder, ElmoSettingsError
 from spacy_elmo.runtime import BiLmSettings, ElmoRuntime
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.pretrain.config import load_config
-from spacy_elmo.pretrain.trainer import InitializeError, ResumeError, Trainer
+from spacy_elmo.pretrain.trainer import InitializeError, ResumeError, Trainer, estimated_steps_left, pace_line
 from spacy_elmo.formats.weights import load_files
 from tests.conftest import torchrun
 from tests.pretrain.conftest import tiny_config
@@ -228,3 +229,32 @@ def test_adapting_another_architecture_is_refused_before_writing(tmp_path):
     with pytest.raises(InitializeError, match="lstm_dim: 64 there, 32 in"):
         Trainer(typed, raw, tmp_path / "adapted")
     assert not (tmp_path / "adapted").exists()
+
+
+def test_a_process_beyond_the_machines_gpus_is_refused_in_one_line_before_writing(tmp_path, monkeypatch):
+    """``torchrun --nproc_per_node 4`` on a machine with one GPU: processes 1-3 have none of their own."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with pytest.raises(ElmoSettingsError, match=r"process 3 of this machine has no GPU: .*start at most 1 \(torchrun --nproc_per_node\)"):
+        _trainer(tmp_path / "out", 5)
+    assert not (tmp_path / "out").exists()
+
+
+def test_steps_left_are_those_to_max_steps_or_fewer_to_max_tokens_at_the_tokens_per_step_seen():
+    assert estimated_steps_left(10, 100, 2000, None, 10, 1000) == 90
+    assert estimated_steps_left(10, 100, 2000, 10000, 10, 1000) == 80  # 8000 tokens at 100 a step
+    assert estimated_steps_left(10, 50, 2000, 10000, 10, 1000) == 40
+    assert estimated_steps_left(10, 100, 2050, 10000, 10, 1000) == 80  # 79.5 steps: the last one ends the run
+
+
+def test_the_pace_line_gives_steps_per_second_what_is_left_and_the_end_at_that_pace():
+    line = pace_line(2.0, 7290, datetime(2026, 1, 1, 23, 30))
+    assert line == "2.00 steps/s; 7,290 steps to go: about 1 h 1 min, ending around 2026-01-02 00:30"
+    assert pace_line(0.5, 20, datetime(2026, 1, 1)).endswith("about 40 s, ending around 2026-01-01 00:00")
+
+
+def test_a_run_prints_its_pace_once_after_its_first_evaluation_with_the_steps_left(tmp_path, capsys):
+    _trainer(tmp_path, 6, eval_every=2).run(progress=False)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "steps/s" in line]
+    assert len(lines) == 1 and "; 4 steps to go: about " in lines[0], lines
