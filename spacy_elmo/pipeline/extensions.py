@@ -19,7 +19,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
-from thinc.types import Floats1d, Floats2d, Floats3d
+from thinc.types import Floats1d
 
 from ..errors import ElmoPipelineError
 
@@ -107,10 +107,3 @@ def with_vector_hooks(docs: Iterable[Doc]) -> Iterable[Doc]:
             install_vector_hooks(doc)
         return docs
     return (install_vector_hooks(doc) for doc in docs)
-
-
-def to_numpy_f32(array: Union[Floats2d, Floats3d]) -> np.ndarray:
-    """An owned float32 CPU copy: a Doc must not keep a batch-sized buffer (or GPU memory) alive."""
-    if hasattr(array, "get"):  # cupy
-        return array.get().astype(np.float32, copy=False)
-    return np.array(array, dtype=np.float32, copy=True)
