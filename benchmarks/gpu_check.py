@@ -61,18 +61,15 @@ def check_torch(options: str, weights: str, device: str) -> None:
     """Check 0: the biLM's vectors on ``device`` equal the CPU's; one bf16 language-model step trains there."""
     import torch
 
-    from spacy_elmo.model.batch_encoder import BatchEncoder
-
-    from spacy_elmo.model.encoder import ElmoEncoder
     from spacy_elmo.pretrain.language_model import BiLanguageModel
     from spacy_elmo.pretrain.vocab import SPECIALS, Vocab
     from spacy_elmo.formats.weights import load_files
+    from spacy_elmo.runtime import BiLmSettings, ElmoRuntime
 
     sentences = [text.split() for text in TEXTS]
-    cpu_encoder = BatchEncoder(ElmoEncoder(load_files(options, weights), initial_state="zeros"))
-    cpu = [v.detach().numpy() for v in cpu_encoder.per_sentence(sentences, 4096)]
-    encoder = ElmoEncoder(load_files(options, weights), initial_state="zeros").to(device)
-    moved = [v.detach().cpu().numpy() for v in BatchEncoder(encoder).per_sentence(sentences, 4096)]
+    settings = BiLmSettings(options, weights, initial_state="zeros")
+    cpu = ElmoRuntime.load(settings, "cpu").layers(sentences)
+    moved = ElmoRuntime.load(settings, device).layers(sentences)
     gap = max(float(np.abs(a - b).max()) for a, b in zip(cpu, moved))
     assert gap < 1e-4, f"biLM vectors on {device} differ from the CPU's by {gap:.2e}"
     bilm = load_files(options, weights)

@@ -29,7 +29,7 @@ def record_torch_threads(doc: Doc) -> Doc:
 
 def threads_in_own_child(nlp: Language, queue: "multiprocessing.Queue") -> None:
     install_extensions()  # an unpickled component does not register its Doc attributes in a new process
-    torch.set_num_threads(2)  # the application's own choice, which the component must leave alone
+    torch.set_num_threads(2)  # the application's own choice before the biLM first runs in this process
     queue.put(nlp("A child process of the application's own .")._.torch_threads)
 
 
