@@ -147,8 +147,9 @@ def seeded_model(directory: Path, architecture: str = "small", seed: int = 0) ->
 
 def cpu_flags() -> List[str]:
     """The CPU features that decide the biLM's speed (AVX2, AVX-512, VNNI, bf16, AMX) this CPU reports."""
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    from spacy_elmo.model.cpu import cpu_flags as listed
+
+    flags = listed() or frozenset()
     return [name for flag, name in CPU_FLAGS.items() if flag in flags]
 
 

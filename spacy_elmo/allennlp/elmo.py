@@ -19,7 +19,7 @@ from ..model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder, check_initial_st
 from ..model.precision import DEFAULT_PRECISION
 from ..model.scalar_mix import ScalarMix
 from ..util.files import PathLike
-from .files import load_encoder
+from ..runtime import load_encoder
 
 # AllenNLP's fixed token width: every token is 50 character ids (its bytes cut to 48, framed, padded).
 MAX_CHARACTERS = 50
@@ -75,7 +75,8 @@ class ElmoBiLm(nn.Module):
     ):
         super().__init__()
         check_initial_state(initial_state)
-        self.encoder = load_encoder(options_file, weight_file, initial_state)
+        self.encoder = load_encoder(options_file, weight_file)
+        self.encoder.initial_state = initial_state
         _check_byte_model(self.encoder)
         for parameter in self.encoder.parameters():
             parameter.requires_grad_(requires_grad)

@@ -17,8 +17,9 @@ from ..formats.weights import load_files
 from ..model.batch_encoder import BatchEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
-from ..sources.resolve import model_files
+from ..sources.resolve import DEFAULT_LANG, model_files
 from ..util.batcher import RequestBatcher
+from ..util.files import PathLike
 from .devices import check_device
 from .settings import BiLmSettings
 
@@ -59,9 +60,7 @@ class ElmoRuntime:
     @classmethod
     def load(cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None) -> "ElmoRuntime":
         """Read the biLM that ``settings`` names (its files, a downloaded model's name, or the embedded model)."""
-        target = check_device(str(device or "cpu"))
-        bilm = load_files(*model_files(settings.options_file, settings.weight_file, settings.lang))
-        return cls(ElmoEncoder(bilm).to(target), settings)
+        return cls(load_encoder(settings.options_file, settings.weight_file, settings.lang, device), settings)
 
     @property
     def options(self) -> ElmoOptions:
@@ -181,6 +180,18 @@ class ElmoRuntime:
         state = dict(self.__dict__)
         state["_threads_applied"] = None  # a copy in another process applies the setting there
         return state
+
+
+def load_encoder(
+    options_file: Optional[PathLike],
+    weight_file: Optional[PathLike],
+    lang: str = DEFAULT_LANG,
+    device: Union[str, torch.device, None] = None,
+) -> ElmoEncoder:
+    """The biLM of an ``options.json`` and weights ``.hdf5`` (or a downloaded model's name as ``options_file``, or
+    neither: the model embedded for ``lang``) on ``device`` (checked first; default the CPU)."""
+    target = check_device(str(device or "cpu"))
+    return ElmoEncoder(load_files(*model_files(options_file, weight_file, lang))).to(target)
 
 
 def _segment_cost(segment: Segment) -> int:
