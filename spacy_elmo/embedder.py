@@ -131,7 +131,7 @@ class ElmoEmbedder:
 
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
         """Layers of each sentence, in order; see :meth:`embed_sentence`. Each array holds its sentence's rows only."""
-        return [np.ascontiguousarray(layers) for layers in self.runtime.layers(_token_lists(batch))]
+        return self.runtime.layers(_token_lists(batch))
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""

@@ -37,7 +37,7 @@ from ..model.encoder import DEFAULT_INITIAL_STATE
 from ..model.precision import DEFAULT_PRECISION, check_precision
 from ..runtime import BiLmSettings
 from ..util.text import Tokenizer, make_tokenizer, open_text
-from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS, cut_windows, join_windows, window_tokens
+from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS, cut_windows, window_tokens, windows_per_sequence
 
 LAYER_MODES = ("all", "top", "average", "mix")
 FORMAT = "spacy-elmo-embeddings/1"
@@ -357,7 +357,4 @@ def embed_file(
 def embed_windows(embedder: ElmoEmbedder, documents: Sequence[List[str]], max_tokens: int) -> List[np.ndarray]:
     """All layers of each document, ``(n_layers + 1, n_tokens, dim)``, embedding windows of at most ``max_tokens``."""
     windows = cut_windows([[(0, len(tokens))] for tokens in documents], max_tokens)
-    layers = embedder.embed_batch(window_tokens(documents, windows))
-    options = embedder.options
-    packed = np.concatenate(layers, axis=1) if layers else np.zeros((options.n_output_layers, 0, options.output_dim), np.float32)
-    return join_windows(windows, packed, len(documents))
+    return embedder.runtime.layers(window_tokens(documents, windows), windows_per_sequence(windows, len(documents)))

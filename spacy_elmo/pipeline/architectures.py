@@ -29,7 +29,7 @@ from thinc.api import ArgsKwargs, Model, get_torch_default_device, torch2xp, xp2
 from thinc.types import Floats3d, FloatsXd
 
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
-from ..util.windows import join_windows, stitch_windows
+from ..util.windows import join_windows, windows_per_sequence
 from .config_types import CacheSize, ModelSource, TokenCount
 from .doc_windows import doc_windows, window_words
 from .elmo_shim import ElmoShim
@@ -160,11 +160,8 @@ def doc_layers(model: Model, docs: Sequence[Doc], mix: Optional[MixWeights] = No
     array of its own, computed by the runtime without autograd."""
     runtime = runtime_of(model)
     windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
-    words = window_words(docs, windows)
-    pieces = runtime.layers(words) if mix is None else runtime.mixed(words, mix)
-    dim = runtime.options.output_dim
-    shape = (dim,) if mix is not None else (runtime.options.n_output_layers, dim)
-    return stitch_windows(windows, pieces, len(docs), lambda: np.zeros((*shape[:-1], 0, shape[-1]), dtype=np.float32))
+    words, per_doc = window_words(docs, windows), windows_per_sequence(windows, len(docs))
+    return runtime.layers(words, per_doc) if mix is None else runtime.mixed(words, mix, per_doc)
 
 
 def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], Callable]:

@@ -28,17 +28,21 @@ MixWeights = Tuple[float, ...]
 
 
 class Segment(NamedTuple):
-    """One biLM input of a call (a sentence, or a window of a Doc) and the mix wanted for it (None: all layers)."""
+    """One biLM input of a call (a sentence, or a window of a Doc), the mix wanted for it (None: all layers) and
+    where its result goes (its rows of an array the caller receives)."""
 
     words: Sequence[str]
     mix: Optional[MixWeights]
+    out: np.ndarray
 
 
 class ElmoRuntime:
     """A loaded biLM run with one :class:`BiLmSettings`.
 
-    :meth:`layers` and :meth:`mixed` give host (numpy) float32 arrays per segment, views of the one output of the
-    biLM run that computed them (one host transfer per run): a caller that keeps them copies what it keeps.
+    :meth:`layers` and :meth:`mixed` give host (numpy) float32 arrays, each of its own: they are allocated per call
+    (one per segment, or one per group of consecutive segments laid end to end, such as a Doc's windows) and each
+    biLM run copies its rows straight into them (one host transfer per run), so nothing is stitched afterwards and
+    no result keeps a run's buffers alive.
     Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
     vectors; a stateful biLM runs one call at a time, in order, each call one biLM batch (row ``r`` of a call
     continues row ``r`` of the call before, as in AllenNLP).
@@ -109,47 +113,71 @@ class ElmoRuntime:
 
     # --- inference ---
 
-    def layers(self, segments: Sequence[Sequence[str]]) -> List[np.ndarray]:
-        """Each segment's layers, ``(n_layers + 1, len(segment), dim)`` float32 on the host."""
-        return self._submit(segments, None)
+    def layers(self, segments: Sequence[Sequence[str]], joined: Optional[Sequence[int]] = None) -> List[np.ndarray]:
+        """Each segment's layers, ``(n_layers + 1, len(segment), dim)`` float32 on the host; with ``joined``, one
+        array per group of ``joined[k]`` consecutive segments, their tokens end to end (a group of 0: no tokens)."""
+        return self._submit(segments, None, joined)
 
-    def mixed(self, segments: Sequence[Sequence[str]], weights: MixWeights) -> List[np.ndarray]:
-        """Each segment's ``sum_j weights[j] * layer_j``, ``(len(segment), dim)`` float32 on the host."""
-        return self._submit(segments, tuple(weights))
+    def mixed(
+        self, segments: Sequence[Sequence[str]], weights: MixWeights, joined: Optional[Sequence[int]] = None
+    ) -> List[np.ndarray]:
+        """Each segment's ``sum_j weights[j] * layer_j``, ``(len(segment), dim)`` float32 on the host; ``joined`` as
+        in :meth:`layers`."""
+        return self._submit(segments, tuple(weights), joined)
 
-    def _submit(self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights]) -> List[np.ndarray]:
-        """Each segment's result, through the batcher when calls are merged or ordered. A stateless call's segments go
-        longest first, so that the pieces the batcher cuts hold segments of similar lengths (little padding)."""
+    def _submit(
+        self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights], joined: Optional[Sequence[int]]
+    ) -> List[np.ndarray]:
+        """The arrays of a call, filled through the batcher when calls are merged or ordered. A stateless call's
+        segments go longest first, so that the pieces the batcher cuts hold segments of similar lengths (little
+        padding)."""
+        outputs, places = self._outputs([len(words) for words in segments], mix, joined)
         if not segments:
-            return []
-        stateful = self.settings.stateful
-        if stateful:
-            return self.batcher([Segment(words, mix) for words in segments], merge=False)
-        if not self.settings.batch_requests:
-            return self._run([Segment(words, mix) for words in segments])
-        order = np.argsort([-len(words) for words in segments], kind="stable")
-        results = self.batcher([Segment(segments[i], mix) for i in order], cost=_segment_cost)
-        placed: List[np.ndarray] = [results[0]] * len(segments)
-        for result, i in zip(results, order):
-            placed[i] = result
-        return placed
+            return outputs
+        items = [Segment(words, mix, out) for words, out in zip(segments, places)]
+        if self.settings.stateful:
+            self.batcher(items, merge=False)
+        elif not self.settings.batch_requests:
+            self._run(items)
+        else:
+            order = np.argsort([-len(words) for words in segments], kind="stable")
+            self.batcher([items[i] for i in order], cost=_segment_cost)
+        return outputs
+
+    def _outputs(
+        self, lengths: List[int], mix: Optional[MixWeights], joined: Optional[Sequence[int]]
+    ) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+        """The arrays a call returns (uninitialised: every row is written) and each segment's rows of them."""
+        options = self.options
+        lead = () if mix is not None else (options.n_output_layers,)
+        groups = joined if joined is not None else [1] * len(lengths)
+        if sum(groups) != len(lengths):
+            raise ValueError(f"joined counts {sum(groups)} segments, the call has {len(lengths)}")
+        outputs, places, first = [], [], 0
+        for count in groups:
+            sizes = lengths[first : first + count]
+            output = np.empty((*lead, sum(sizes), options.output_dim), dtype=np.float32)
+            outputs.append(output)
+            places.extend(_split(output, sizes))
+            first += count
+        return outputs, places
 
     def _run(self, items: List[Segment]) -> List[np.ndarray]:
-        """The results of ``items`` (one biLM run per distinct mix; a stateful call is one biLM batch)."""
+        """Computes ``items`` into their arrays (one biLM run per distinct mix; a stateful call is one biLM batch)
+        and gives those rows back."""
         self._use_threads()
-        results: List[Optional[np.ndarray]] = [None] * len(items)
-        groups: Dict[Optional[MixWeights], List[int]] = {}
-        for i, item in enumerate(items):
-            groups.setdefault(item.mix, []).append(i)
+        groups: Dict[Optional[MixWeights], List[Segment]] = {}
+        for item in items:
+            groups.setdefault(item.mix, []).append(item)
         cap = sys.maxsize if self.settings.stateful else self.settings.max_batch_tokens
         for mix, members in groups.items():
-            words = [items[i].words for i in members]
+            words = [item.words for item in members]
             with torch.inference_mode():
                 out = self.batches(words, cap, None if mix is None else self._mix_tensor(mix))
                 host = out.float().cpu().numpy()  # the one host transfer of this run
-            for i, piece in zip(members, _split(host, [len(w) for w in words])):
-                results[i] = piece
-        return results  # type: ignore[return-value]
+            for item, piece in zip(members, _split(host, [len(w) for w in words])):
+                item.out[...] = piece
+        return [item.out for item in items]
 
     def _mix_tensor(self, weights: MixWeights) -> torch.Tensor:
         """The mix weights on the biLM's device, made once per mix."""

@@ -56,12 +56,9 @@ def join_windows(windows: Sequence[Window], packed: Layers, n_seqs: int) -> List
     return views
 
 
-def stitch_windows(
-    windows: Sequence[Window], pieces: Sequence[np.ndarray], n_seqs: int, empty: Callable[[], np.ndarray]
-) -> List[np.ndarray]:
-    """Per sequence, its windows' ``pieces`` (numpy, one per window) side by side on axis -2, in an array of its own
-    (``empty()`` for a sequence without windows): one copy, so that nothing keeps the buffers the pieces view."""
-    grouped: List[List[np.ndarray]] = [[] for _ in range(n_seqs)]
-    for window, piece in zip(windows, pieces):
-        grouped[window.seq].append(piece)
-    return [np.concatenate(group, axis=-2) if group else empty() for group in grouped]
+def windows_per_sequence(windows: Sequence[Window], n_seqs: int) -> List[int]:
+    """How many windows each sequence has (0 for one without tokens), sequence after sequence."""
+    counts = [0] * n_seqs
+    for window in windows:
+        counts[window.seq] += 1
+    return counts
