@@ -4,9 +4,8 @@ The one place where windows are made and undone: the ``elmo`` component (a Doc's
 the ``embed`` command (long sentences) call these, so that all three cut and stitch alike. No context crosses a
 window boundary: each window is one biLM input.
 """
-from typing import Callable, List, NamedTuple, Sequence, Tuple, TypeVar
+from typing import List, NamedTuple, Sequence, Tuple, TypeVar
 
-import numpy as np
 
 # Longest biLM input by default: longer sentences run as consecutive windows of this many tokens.
 DEFAULT_MAX_SENTENCE_TOKENS = 256
