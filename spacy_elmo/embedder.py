@@ -52,9 +52,10 @@ class ElmoEmbedder:
     batch_wait_ms: with ``batch_requests``, after a batch that merged several calls, the next call finding the biLM
         free waits up to this long for as many calls to join (default 1; 0: only calls already waiting are
         merged; a lone caller never waits).
-    shared_batch_tokens: with ``batch_requests``, padded tokens per biLM run while calls of several threads share
-        it (default 512): a long call is cut into pieces of this size that take turns with short calls, so that a
-        short call does not wait for all of a long one. A call alone runs in batches of ``max_batch_tokens``.
+    shared_batch_tokens: with ``batch_requests``, padded tokens (rows times the longest row) per biLM run while
+        calls of several threads wait (default 512): a long call is cut into pieces that take turns with short
+        calls, so that a short call waits for one piece, not for all of a long one. A call alone grows its runs
+        from this size to ``max_batch_tokens``.
 
     One embedder may serve several threads at once in the stateless mode (the default), with or without the
     token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to

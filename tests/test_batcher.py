@@ -181,8 +181,29 @@ def test_a_short_caller_calling_again_shares_the_next_batch_with_a_long_call():
     run = BlockingRun()
     batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS, max_batch_cost=4)
     answers = queue_behind_a_running_call(batcher, run, [(100, 101, 102, 103, 104), (1,)], again=(2,))
-    assert run.calls == [[0], [100, 101, 102, 1], [103, 104, 2]]  # each call's share in one piece
+    assert run.calls == [[0], [100, 101, 102, 1], [2, 103, 104]]  # the new call first, then the long call's rest
     assert answers[(100, 101, 102, 103, 104)] == serial((100, 101, 102, 103, 104)) and answers[(1,)] == [10, 20]
+
+
+def test_with_padded_costs_a_long_call_and_a_short_one_take_turns_instead_of_sharing_batches():
+    """Padded costs (rows times the largest): items costing 8 and items costing 1 never share a batch of budget 10,
+    and the two calls queued behind a running one take turns, the short call's six items in one batch."""
+    long_call, short_call = (108, 208, 308), (1, 2, 3, 4, 5, 6)
+    run = BlockingRun()
+    batcher = RequestBatcher(run, max_batch_cost=40, shared_batch_cost=10, padded=True)
+    cost = lambda x: 8 if x >= 100 else 1  # noqa: E731
+    answers = queue_behind_a_running_call(batcher, run, [long_call, short_call], cost=cost)
+    assert run.calls == [[0], [108], list(short_call), [208], [308]]
+    answers.pop("order")
+    assert answers == {items: serial(items) for items in [(0,), long_call, short_call]}
+
+
+def test_a_call_alone_runs_in_batches_growing_from_the_shared_budget_to_the_largest():
+    sizes = []
+    batcher = RequestBatcher(lambda items: sizes.append(len(items)) or serial(items), max_batch_cost=16,
+                             shared_batch_cost=2)
+    assert batcher(list(range(40))) == serial(range(40))
+    assert sizes == [2, 4, 8, 16, 10]
 
 
 @pytest.mark.parametrize("settings", [{"wait_ms": -1}, {"wait_ms": "5"}, {"wait_ms": True}, {"max_batch_cost": 0},

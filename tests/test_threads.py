@@ -297,8 +297,8 @@ def test_a_long_call_shares_batches_of_shared_batch_tokens_with_short_ones_and_a
     allennlp_files, monkeypatch
 ):
     """40 sentences in one call and 7 one-sentence calls, queued behind a running call: every biLM call they share
-    holds at most ``shared_batch_tokens`` tokens (markers included), and every short call is answered before the
-    long one."""
+    holds at most ``shared_batch_tokens`` padded tokens (rows times the longest row, markers included), and every
+    short call is answered before the long one."""
     sentences = [tuple(s) for s in _thread_sentences(48, seed=18)]
     long_call, shorts = tuple(sentences[:40]), sentences[40:47]
     serial = dict(zip(sentences, ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)))
@@ -320,7 +320,7 @@ def test_a_long_call_shares_batches_of_shared_batch_tokens_with_short_ones_and_a
     wait_until(lambda: len(shared.runtime.batcher._queue) == 9)
     release.set()
     join_threads(threads)
-    assert all(sum(len(s) + 2 for s in batch) <= 120 for batch in batches)
+    assert all(len(batch) * max(len(s) + 2 for s in batch) <= 120 for batch in batches)
     batch_of = {sentence: i for i, batch in enumerate(batches) for sentence in batch}
     assert max(batch_of[s] for s in shorts) < max(batch_of[s] for s in long_call)
     for sentence, got in [*zip(long_call, answers[long_call]), *((s, answers[s]) for s in shorts)]:

@@ -138,7 +138,7 @@ class Elmo(TrainablePipe):
     from several threads (``nlp(text)`` in a web app) that arrive while the biLM is busy run through it together
     when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: after a batch that merged several calls, how long
     the next call finding it free may wait for as many calls to join (default 1; a lone caller never waits);
-    ``shared_batch_tokens``: padded tokens per biLM run while several calls share it, so that a long Doc is cut
+    ``shared_batch_tokens``: padded tokens per biLM run while several calls wait, so that a long Doc is cut
     into pieces that take turns with short ones (default 512). A stateful biLM runs one call at a time instead,
     never merged.
     """

@@ -55,7 +55,7 @@ class ElmoRuntime:
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
         self.encoder = encoder.eval()
         self.batches = BatchEncoder(encoder)
-        self.batcher = RequestBatcher(self._run, settings.batch_wait_ms)
+        self.batcher = RequestBatcher(self._run, settings.batch_wait_ms, padded=True)
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
         self._threads_applied: Optional[Tuple[int, Optional[int]]] = None  # (process, threads) applied there
@@ -223,7 +223,8 @@ def load_encoder(
 
 
 def _segment_cost(segment: Segment) -> int:
-    """What a segment costs a biLM batch: its tokens and the two sentence boundaries."""
+    """What a segment costs a biLM batch: its tokens and the two sentence boundaries (a batch costs its rows times
+    the longest row: see ``length_batches``)."""
     return len(segment.words) + 2
 
 

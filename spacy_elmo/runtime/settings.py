@@ -67,9 +67,9 @@ class BiLmSettings:
     threads: torch CPU threads for the biLM (None: torch's own setting).
     batch_requests, batch_wait_ms: calls from several threads merged into one biLM run, and how long a call may wait
         for others after a merged batch.
-    shared_batch_tokens: padded tokens per biLM run while calls of several threads share it: a long call is cut
-        into pieces of about this size that take turns with the short ones (a call alone runs in batches of
-        ``max_batch_tokens``).
+    shared_batch_tokens: padded tokens (rows times the longest row) per biLM run while calls of several threads
+        wait: a long call is cut into pieces that take turns with the short ones (a call alone grows its runs from
+        this size to ``max_batch_tokens``).
     """
 
     options_file: Optional[str] = None

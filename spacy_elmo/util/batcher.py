@@ -2,10 +2,9 @@
 
 A service shares one model between threads. Running each call alone wastes the model's batching; running everything
 queued as one batch makes a short call wait for a long one queued before it. The batcher does neither: each step
-runs one batch of at most ``max_batch_cost`` (items' costs summed, e.g. tokens), filled from the queued calls in
-turn, one item of each call per round, oldest call first, so that a long call is cut into pieces that interleave
-with the short ones (the token budget per step of chunked prefill, as in vLLM and Sarathi-Serve). A call returns
-when all its items are done.
+runs one batch of at most ``max_batch_cost`` (e.g. tokens), filled from the queued calls in turn, one item of each
+call per round, so that a long call is cut into pieces that interleave with the short ones (the token budget per
+step of chunked prefill, as in vLLM and Sarathi-Serve). A call returns when all its items are done.
 
 Nothing here knows what the items are: ``run`` maps a list of items to one result per item.
 """
@@ -46,12 +45,18 @@ class RequestBatcher:
     whose items are not all answered); a call finding nothing running runs at once.
 
     ``max_batch_cost``: the most a batch holds, in the summed costs of its items (``cost`` of each call: a callable
-    item -> int; without it each item costs 1); None: no bound, everything queued runs as one batch.
+    item -> int; without it each item costs 1); None: no bound, everything queued runs as one batch. ``padded``: a
+    batch costs its number of items times its largest item's cost instead (a batch of sequences, each padded to the
+    longest), so that items of very different costs do not share a batch.
     ``shared_batch_cost``: a smaller bound for a batch that several calls share (None: ``max_batch_cost``), so that
-    each step, hence each short call's wait behind a long one, is short, while a call alone runs in large batches. A batch is
-    filled from the queued calls in turn, oldest first, one item of each per round, so that calls arriving behind a
-    long one get into the next batch instead of waiting for all of it. An item costing more than the budget runs
-    in a batch of its own.
+    each step, hence each short call's wait behind a long one, is short. While one call is queued alone, its batches
+    start at that bound too and double with each batch in a row that it has to itself, up to ``max_batch_cost``: a
+    lone long call soon runs in large batches, while calls that keep arriving (a service) keep every step short. An
+    item costing more than the budget runs in a batch of its own.
+
+    Turns: each batch is filled first from the calls that had no share of the batch before (oldest first), then
+    from the others, one item of each per round: a long call and the short calls around it take turns instead of
+    the oldest call always filling the budget first.
 
     ``merge=False``: the call's items run alone, all in one ``run``, by the calling thread, after the calls queued
     before it and before those queued after it (for a stateful model, whose results depend on what ran before).
@@ -76,6 +81,7 @@ class RequestBatcher:
         wait_ms: float = 0.0,
         max_batch_cost: Optional[int] = None,
         shared_batch_cost: Optional[int] = None,
+        padded: bool = False,
     ):
         if not is_number(wait_ms) or not wait_ms >= 0:
             raise ValueError(f"wait_ms must be a number of milliseconds >= 0, found {wait_ms!r}")
@@ -86,6 +92,7 @@ class RequestBatcher:
         self.wait_ms = float(wait_ms)
         self.max_batch_cost = max_batch_cost
         self.shared_batch_cost = shared_batch_cost
+        self.padded = padded
         self._init_queue()
 
     def _init_queue(self) -> None:
@@ -93,6 +100,8 @@ class RequestBatcher:
         self._queue: List[_Request] = []  # calls not done, in the order they arrived
         self._leading = False
         self._last_size = 1  # calls in the batch before: more than one means concurrent callers
+        self._last_calls: List[_Request] = []  # the calls that had a share of the batch before
+        self._lone_steps = 0  # batches in a row that one call had to itself
 
     def __getstate__(self) -> dict:  # a lock cannot be copied or pickled; a copy gets its own, empty queue
         return {
@@ -100,6 +109,7 @@ class RequestBatcher:
             "wait_ms": self.wait_ms,
             "max_batch_cost": self.max_batch_cost,
             "shared_batch_cost": self.shared_batch_cost,
+            "padded": self.padded,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -173,26 +183,42 @@ class RequestBatcher:
             head.next = len(head.items)
             self._last_size = 0
             return [(head, 0, len(head.items))]
-        calls = self._merging_calls()
+        calls = self._in_turn(self._merging_calls())
         starts = {id(call): call.next for call in calls}
         budget = self._budget(len(calls))
-        used, added = 0, True
+        rows = used = longest = 0
+        added = True
         while added:
             added = False
             for call in calls:
-                if call.left() and (used == 0 or used + call.costs[call.next] <= budget):
-                    used += call.costs[call.next]
+                if not call.left():
+                    continue
+                cost = call.costs[call.next]
+                size = (rows + 1) * max(longest, cost) if self.padded else used + cost
+                if rows == 0 or size <= budget:
+                    rows, used, longest = rows + 1, size, max(longest, cost)
                     call.next += 1
                     added = True
         batch = [(call, starts[id(call)], call.next) for call in calls if call.next > starts[id(call)]]
         self._last_size = len(batch)
+        self._last_calls = [share[0] for share in batch]
+        self._lone_steps = self._lone_steps + 1 if len(calls) == 1 else 0
         return batch
 
+    def _in_turn(self, calls: List[_Request]) -> List[_Request]:
+        """``calls`` (oldest first) in the order they fill the next batch: those without a share of the batch before
+        first."""
+        served = {id(call) for call in self._last_calls}
+        return [c for c in calls if id(c) not in served] + [c for c in calls if id(c) in served]
+
     def _budget(self, n_calls: int) -> float:
-        """The next batch's cost bound: ``shared_batch_cost`` while several calls share it, else ``max_batch_cost``."""
-        shared = self.shared_batch_cost if n_calls > 1 else None
-        bound = shared if shared is not None else self.max_batch_cost
-        return math.inf if bound is None else bound
+        """The next batch's cost bound: ``shared_batch_cost`` while several calls share it; for a call alone, that
+        bound doubled for each batch it has had to itself, up to ``max_batch_cost``."""
+        shared, most = self.shared_batch_cost, self.max_batch_cost
+        if shared is None:
+            return math.inf if most is None else most
+        grown = shared if n_calls > 1 else shared * 2 ** min(self._lone_steps, 32)
+        return grown if most is None else min(grown, max(most, shared))
 
     def _merging_calls(self) -> List[_Request]:
         """The queued calls that may share the next batch: those before the first ``merge=False`` call."""
