@@ -181,8 +181,8 @@ def http_report(args: argparse.Namespace) -> None:
     import httpx
     import spacy
 
-    texts = [" ".join(s) for s in short_requests()][: args.requests]
-    long_text = " ".join(" ".join(s) for s in long_request(args.long_words))
+    texts = short_requests()[: args.requests]
+    long_text = long_request(args.long_words)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     words = sum(len(doc) for doc in nlp.pipe(texts))  # also fills the token cache, as the server's fills below
