@@ -88,6 +88,19 @@ def test_layers_in_one_output_equal_each_sentence_alone():
         np.testing.assert_allclose(layers, runtime.layers([sentence])[0], **ROUNDING)
 
 
+def test_joined_segments_come_back_end_to_end_in_arrays_of_their_own():
+    """Groups of 2, 0 and 1 segments: each group's array is its segments' layers side by side (an empty group: no
+    tokens), and owns its memory, as a Doc's windows come back."""
+    runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS), max_batch_tokens=20))
+    alone = [runtime.layers([sentence])[0] for sentence in SENTENCES]
+    first, empty, last = runtime.layers(SENTENCES, joined=[2, 0, 1])
+    np.testing.assert_allclose(first, np.concatenate(alone[:2], axis=1), **ROUNDING)
+    np.testing.assert_allclose(last, alone[2], **ROUNDING)
+    assert empty.shape == (3, 0, alone[0].shape[-1]) and first.base is None and last.base is None
+    with pytest.raises(ValueError, match="joined"):
+        runtime.layers(SENTENCES, joined=[1, 1])
+
+
 def test_each_doc_and_sentence_holds_its_own_rows():
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"store_layers": True})
