@@ -54,8 +54,8 @@ class ElmoEmbedder:
         merged; a lone caller never waits).
     shared_batch_tokens: with ``batch_requests``, padded tokens (rows times the longest row) per biLM run while
         calls of several threads wait (default 512): a long call is cut into pieces that take turns with short
-        calls, so that a short call waits for one piece, not for all of a long one. A call alone grows its runs
-        from this size to ``max_batch_tokens``.
+        calls, so that a short call waits for one piece, not for all of a long one. A call alone runs batches of
+        ``max_batch_tokens`` (after calls have met, growing back to them from this size).
 
     One embedder may serve several threads at once in the stateless mode (the default), with or without the
     token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to

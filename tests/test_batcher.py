@@ -198,12 +198,18 @@ def test_with_padded_costs_a_long_call_and_a_short_one_take_turns_instead_of_sha
     assert answers == {items: serial(items) for items in [(0,), long_call, short_call]}
 
 
-def test_a_call_alone_runs_in_batches_growing_from_the_shared_budget_to_the_largest():
-    sizes = []
-    batcher = RequestBatcher(lambda items: sizes.append(len(items)) or serial(items), max_batch_cost=16,
-                             shared_batch_cost=2)
-    assert batcher(list(range(40))) == serial(range(40))
-    assert sizes == [2, 4, 8, 16, 10]
+def test_a_call_alone_runs_full_batches_until_calls_meet_and_then_grows_them_from_the_shared_budget():
+    run = BlockingRun()
+    run.release.set()  # the first call runs without blocking
+    batcher = RequestBatcher(run, max_batch_cost=16, shared_batch_cost=2)
+    assert batcher(list(range(100, 130))) == serial(range(100, 130))
+    assert [len(batch) for batch in run.calls] == [16, 14]  # the first call ran alone before anything was shared
+    run.calls.clear()
+    run.release.clear()  # the next one blocks, and two calls queue behind it
+    queue_behind_a_running_call(batcher, run, [(1,), (2,)])
+    assert [sorted(batch) for batch in run.calls] == [[0], [1, 2]]
+    assert batcher(list(range(200, 240))) == serial(range(200, 240))
+    assert [len(batch) for batch in run.calls[2:]] == [2, 4, 8, 16, 10]
 
 
 @pytest.mark.parametrize("settings", [{"wait_ms": -1}, {"wait_ms": "5"}, {"wait_ms": True}, {"max_batch_cost": 0},

@@ -19,6 +19,9 @@ from .numbers import is_number
 _Slice = Tuple["_Request", int, int]
 # What came back for a slice: its results, or the error running it raised.
 _Outcome = Tuple[_Slice, Optional[List[Any]], Optional[Exception]]
+# Lone batches counted before any batch was shared: enough doublings to reach any budget, so that until calls meet,
+# a call alone runs whole batches of ``max_batch_cost``, the same pieces whatever ran before it.
+_NEVER_SHARED = 32
 
 
 class _Request:
@@ -49,10 +52,12 @@ class RequestBatcher:
     batch costs its number of items times its largest item's cost instead (a batch of sequences, each padded to the
     longest), so that items of very different costs do not share a batch.
     ``shared_batch_cost``: a smaller bound for a batch that several calls share (None: ``max_batch_cost``), so that
-    each step, hence each short call's wait behind a long one, is short. While one call is queued alone, its batches
-    start at that bound too and double with each batch in a row that it has to itself, up to ``max_batch_cost``: a
-    lone long call soon runs in large batches, while calls that keep arriving (a service) keep every step short. An
-    item costing more than the budget runs in a batch of its own.
+    each step, hence each short call's wait behind a long one, is short. Once calls have shared a batch, a call
+    queued alone starts at that bound too and doubles it with each batch in a row that it has to itself, up to
+    ``max_batch_cost``: a lone long call soon runs in large batches, while calls that keep arriving (a service)
+    keep every step short. Until calls first meet (a script), a call alone runs in batches of ``max_batch_cost``, so
+    that repeating a call repeats the same computation. An item costing more than the budget runs in a batch of
+    its own.
 
     Turns: each batch is filled first from the calls that had no share of the batch before (oldest first), then
     from the others, one item of each per round: a long call and the short calls around it take turns instead of
@@ -101,7 +106,7 @@ class RequestBatcher:
         self._leading = False
         self._last_size = 1  # calls in the batch before: more than one means concurrent callers
         self._last_calls: List[_Request] = []  # the calls that had a share of the batch before
-        self._lone_steps = 0  # batches in a row that one call had to itself
+        self._lone_steps = _NEVER_SHARED  # batches in a row that one call had to itself since a batch was shared
 
     def __getstate__(self) -> dict:  # a lock cannot be copied or pickled; a copy gets its own, empty queue
         return {
@@ -217,7 +222,7 @@ class RequestBatcher:
         shared, most = self.shared_batch_cost, self.max_batch_cost
         if shared is None:
             return math.inf if most is None else most
-        grown = shared if n_calls > 1 else shared * 2 ** min(self._lone_steps, 32)
+        grown = shared if n_calls > 1 else shared * 2 ** min(self._lone_steps, _NEVER_SHARED)
         return grown if most is None else min(grown, max(most, shared))
 
     def _merging_calls(self) -> List[_Request]:
