@@ -3,9 +3,11 @@ exactly what a serial run gives it, errors and interrupts staying with their own
 
 The batch function here is a fake: ``x -> 10 * x``, recording each batch and blocking the first until released,
 so that the tests queue calls behind a running batch without sleeping."""
+import gc
 import math
 import pickle
 import threading
+import weakref
 
 import pytest
 
@@ -210,6 +212,18 @@ def test_a_call_alone_runs_full_batches_until_calls_meet_and_then_grows_them_fro
     assert [sorted(batch) for batch in run.calls] == [[0], [1, 2]]
     assert batcher(list(range(200, 240))) == serial(range(200, 240))
     assert [len(batch) for batch in run.calls[2:]] == [2, 4, 8, 16, 10]
+
+
+def test_the_batcher_keeps_no_result_of_a_call_that_returned():
+    class Result:
+        pass
+
+    batcher = RequestBatcher(lambda items: [Result() for _ in items], max_batch_cost=4, shared_batch_cost=2)
+    results = batcher([1, 2, 3])
+    kept = weakref.ref(results[0])
+    del results
+    gc.collect()
+    assert kept() is None
 
 
 @pytest.mark.parametrize("settings", [{"wait_ms": -1}, {"wait_ms": "5"}, {"wait_ms": True}, {"max_batch_cost": 0},

@@ -277,7 +277,10 @@ class RequestBatcher:
         self._ready.notify_all()
 
     def _finish(self, request: _Request) -> None:
-        """Take ``request`` off the queue, done (its items not taken yet never run). Under the lock."""
+        """Take ``request`` off the queue, done (its items not taken yet never run), and forget it (its results belong
+        to its caller alone). Under the lock."""
         request.done = True
         if request in self._queue:
             self._queue.remove(request)
+        if request in self._last_calls:
+            self._last_calls.remove(request)
