@@ -1,11 +1,12 @@
 """Token sequences cut into biLM inputs of at most ``max_tokens`` tokens (windows), and their layers put back.
 
-The one place where windows are made and undone: the ``elmo`` component (a Doc's sentences), ``ElmoEmbedder`` and
-the ``embed`` command (long sentences) call these, so that all three cut and stitch alike. No context crosses a
-window boundary: each window is one biLM input.
+The one place where windows are made: the ``elmo`` component (a Doc's sentences) and the ``embed`` command (long
+texts) cut alike. Their layers come back end to end per sequence either from the runtime, given
+:func:`windows_per_sequence` as its ``joined`` groups, or, for layers computed together as one packed array
+(training, the layer cache), from :func:`join_windows`. No context crosses a window boundary: each window is one
+biLM input.
 """
 from typing import List, NamedTuple, Sequence, Tuple, TypeVar
-
 
 # Longest biLM input by default: longer sentences run as consecutive windows of this many tokens.
 DEFAULT_MAX_SENTENCE_TOKENS = 256
