@@ -5,7 +5,7 @@ reference fixtures); this module only adds AllenNLP's interface: character-id te
 ``<S>``/``</S>`` positions out, state carried from call to call, trainable scalar mixes.
 """
 import warnings
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -15,14 +15,33 @@ from ..errors import ElmoSettingsError
 from ..model.bilm import BiLmState
 from ..model.carried_state import CarriedState
 from ..model.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_ids
-from ..model.encoder import DEFAULT_INITIAL_STATE, ElmoEncoder, check_initial_state
-from ..model.precision import DEFAULT_PRECISION
+from ..model.encoder import ElmoEncoder
 from ..model.scalar_mix import ScalarMix
 from ..util.files import PathLike
-from ..runtime import load_encoder
+from ..runtime import BiLmSettings, load_encoder
 
 # AllenNLP's fixed token width: every token is 50 character ids (its bytes cut to 48, framed, padded).
 MAX_CHARACTERS = 50
+# AllenNLP's behaviour: each batch row continues the LSTM state of the same row of the call before.
+ALLENNLP_SETTINGS = BiLmSettings(stateful=True)
+# The settings ``ElmoBiLm``, ``Elmo`` and ``ElmoEmbedder`` take beyond AllenNLP's arguments (see BiLmSettings).
+EXTRA_SETTINGS = ("stateful", "initial_state", "precision")
+
+# AllenNLP's name for a setting that cannot work; ``except ConfigurationError`` catches this package's.
+ConfigurationError = ElmoSettingsError
+
+
+def allennlp_settings(
+    options_file: Optional[PathLike], weight_file: Optional[PathLike], requires_grad: bool, extra: Dict[str, Any]
+) -> BiLmSettings:
+    """The biLM settings of AllenNLP's arguments and the ``extra`` keywords (checked once, by BiLmSettings)."""
+    unknown = sorted(set(extra) - set(EXTRA_SETTINGS))
+    if unknown:
+        raise ElmoSettingsError(
+            f"unknown ELMo setting(s) {unknown}: beyond AllenNLP's arguments, these classes take "
+            f"{', '.join(EXTRA_SETTINGS)}"
+        )
+    return ALLENNLP_SETTINGS.replace(options_file=options_file, weight_file=weight_file, frozen=not requires_grad, **extra)
 
 
 def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
@@ -59,7 +78,9 @@ class ElmoBiLm(nn.Module):
     computed once, here, so that ``forward`` can take word ids (positions in that list; 0 is padding) instead of
     running the char CNN; with ``requires_grad`` those cached vectors learn too, as in AllenNLP.
     ``precision`` (not in AllenNLP): the matrix products at ``"int8"``/``"bf16"`` (``"fp16"`` on a GPU) for
-    inference; only ``"fp32"`` can be fine-tuned.
+    inference; only ``"fp32"`` can be fine-tuned. These settings make one
+    :class:`~spacy_elmo.runtime.BiLmSettings` (``self.settings``), which checks them. ``device`` (not in AllenNLP,
+    as torch modules take it): where the biLM is loaded, so that ``"fp16"`` can be asked for at once.
     """
 
     def __init__(
@@ -69,19 +90,17 @@ class ElmoBiLm(nn.Module):
         requires_grad: bool = False,
         vocab_to_cache: Optional[Sequence[str]] = None,
         *,
-        stateful: bool = True,
-        initial_state: str = DEFAULT_INITIAL_STATE,
-        precision: str = DEFAULT_PRECISION,
+        device: Union[str, torch.device, None] = None,
+        **settings: Any,
     ):
         super().__init__()
-        check_initial_state(initial_state)
-        self.encoder = load_encoder(options_file, weight_file)
-        self.encoder.initial_state = initial_state
+        self.settings = allennlp_settings(options_file, weight_file, requires_grad, settings)
+        self.encoder = load_encoder(self.settings.options_file, self.settings.weight_file, device=device)
+        self.encoder.initial_state = self.settings.initial_state
         _check_byte_model(self.encoder)
         for parameter in self.encoder.parameters():
             parameter.requires_grad_(requires_grad)
-        self.set_precision(precision)
-        self.stateful = stateful
+        self.encoder.set_precision(self.settings.precision)
         self.carried = CarriedState()
         self.num_layers = self.encoder.options.n_output_layers
         self.word_vectors: Optional[nn.Parameter] = None
@@ -89,15 +108,23 @@ class ElmoBiLm(nn.Module):
         if vocab_to_cache is not None:
             self.cache_words(vocab_to_cache, requires_grad)
 
+    @property
+    def stateful(self) -> bool:
+        return self.settings.stateful
+
+    @property
+    def _elmo_lstm(self) -> "ElmoBiLm":
+        """AllenNLP's LSTM stack under its biLM, which holds the carried state: programs reset it between documents
+        with ``elmo._elmo_lstm._elmo_lstm.reset_states()``. Here the biLM module itself holds that state."""
+        return self
+
     def get_output_dim(self) -> int:
         return self.encoder.options.output_dim
 
     def set_precision(self, precision: str) -> None:
         """Run the biLM's products at ``precision`` from now on (``"fp16"``: after moving the module to a GPU)."""
-        if precision != DEFAULT_PRECISION and self.encoder.bilm.w_proj.requires_grad:
-            raise ElmoSettingsError(
-                f"precision {precision!r} is for inference; fine-tuning (requires_grad=True) runs in 'fp32'"
-            )
+        frozen = not self.encoder.bilm.w_proj.requires_grad  # the parameters may have been unfrozen since
+        self.settings = self.settings.replace(precision=precision, frozen=frozen)
         self.encoder.set_precision(precision)
 
     def reset_states(self) -> None:
@@ -135,28 +162,33 @@ class ElmoBiLm(nn.Module):
         distinct, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
         return self.encoder.bilm.token_layer(distinct).index_select(0, inverse)
 
+    def token_embedding(self, inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The char CNN's vectors of char ids ``(batch, steps, 50)`` whose rows hold ``lengths`` tokens, with ``<S>``
+        and ``</S>`` around each row's tokens, zeros past them: ``(batch, steps + 2, projection_dim)``."""
+        steps = inputs.shape[1]
+        present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
+        vectors = self._token_vectors(torch.cat((self._char_ids([BOS_TOKEN, EOS_TOKEN]), inputs[present])))
+        return _with_boundaries(vectors[2:], vectors[:2], lengths, steps)
+
     def forward(
         self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
     ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
         """``inputs``: char ids ``(batch, timesteps, 50)`` (from :func:`batch_to_ids`); ``word_inputs``: word ids
-        ``(batch, timesteps)`` into ``vocab_to_cache``, used instead of the char ids' tokens when given."""
+        ``(batch, timesteps)`` into ``vocab_to_cache``, used instead of the char ids' tokens when given and all
+        inside it (else the char CNN runs on ``inputs``, as in AllenNLP)."""
         _check_char_ids(inputs)
         lengths = (inputs > 0).any(dim=-1).sum(dim=1)
         batch, steps = inputs.shape[:2]
         if batch == 0:  # nothing runs, and the carried state stays
             empty = self.encoder.bilm.w_proj.new_zeros(0, steps + 2, self.get_output_dim())
             return {"activations": [empty] * self.num_layers, "mask": inputs.new_zeros(0, steps + 2, dtype=torch.bool)}
-        present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
-        if word_inputs is None or self.word_vectors is None:
-            vectors = self._token_vectors(torch.cat((self._char_ids([BOS_TOKEN, EOS_TOKEN]), inputs[present])))
-            boundaries, tokens = vectors[:2], vectors[2:]
-        else:
-            _check_word_ids(word_inputs, inputs, self.word_vectors.shape[0])
+        if word_inputs is not None and self.word_vectors is not None and _in_cache(word_inputs, inputs, self.word_vectors):
             lengths = (word_inputs > 0).sum(dim=1)
             present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
             tokens = self.word_vectors.index_select(0, word_inputs[present])
-            boundaries = self.boundary_vectors
-        padded = _with_boundaries(tokens, boundaries, lengths, steps)
+            padded = _with_boundaries(tokens, self.boundary_vectors, lengths, steps)
+        else:
+            padded = self.token_embedding(inputs, lengths)
         if self.encoder.bilm.w_proj.requires_grad and torch.is_grad_enabled():
             self.encoder.weights_changed()  # the weights learn: the warm start must follow them
         rows = np.asarray(lengths.cpu()) + 2
@@ -164,8 +196,32 @@ class ElmoBiLm(nn.Module):
         layers, final = self.encoder.bilm(padded, rows, start)
         if self.stateful:
             self.carried.update(final)
-        mask = torch.arange(steps + 2, device=inputs.device)[None, :] < torch.as_tensor(rows, device=inputs.device)[:, None]
-        return {"activations": layers, "mask": mask}
+        return {"activations": layers, "mask": _boundary_mask(lengths, steps)}
+
+
+class _ElmoCharacterEncoder(nn.Module):
+    """AllenNLP's character encoder (a private name its programs and tests import): char ids ``(batch, timesteps,
+    50)`` to ``{"token_embedding": (batch, timesteps + 2, projection_dim), "mask": ...}``, the token layer with
+    ``<S>``/``</S>`` as :class:`ElmoBiLm` gives it to its LSTMs. It holds a whole :class:`ElmoBiLm` (one loading
+    path); its LSTMs do not run."""
+
+    def __init__(self, options_file: PathLike, weight_file: PathLike, requires_grad: bool = False):
+        super().__init__()
+        self._bilm = ElmoBiLm(options_file, weight_file, requires_grad)
+
+    def get_output_dim(self) -> int:
+        return self._bilm.encoder.options.projection_dim
+
+    def forward(self, inputs: torch.Tensor) -> Dict[str, torch.Tensor]:
+        _check_char_ids(inputs)
+        lengths = (inputs > 0).any(dim=-1).sum(dim=1)
+        steps = inputs.shape[1]
+        return {"mask": _boundary_mask(lengths, steps), "token_embedding": self._bilm.token_embedding(inputs, lengths)}
+
+
+def _boundary_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """``(batch, steps + 2)`` bool: each row's tokens and its ``<S>``/``</S>``."""
+    return torch.arange(steps + 2, device=lengths.device)[None, :] < (lengths + 2)[:, None]
 
 
 def _with_boundaries(tokens: torch.Tensor, boundaries: torch.Tensor, lengths: torch.Tensor, steps: int) -> torch.Tensor:
@@ -202,18 +258,15 @@ def _check_char_ids(inputs: torch.Tensor) -> None:
         )
 
 
-def _check_word_ids(word_inputs: torch.Tensor, inputs: torch.Tensor, n_words: int) -> None:
+def _in_cache(word_inputs: torch.Tensor, inputs: torch.Tensor, word_vectors: torch.Tensor) -> bool:
+    """Whether every word id indexes the cached words. AllenNLP runs the char CNN on the whole batch otherwise,
+    so that words missing from ``vocab_to_cache`` still get their vectors."""
     if tuple(word_inputs.shape) != tuple(inputs.shape[:2]):
         raise ElmoSettingsError(
             f"word_inputs has shape {tuple(word_inputs.shape)}, but the character ids are for "
             f"{tuple(inputs.shape[:2])} tokens; give one word id per token, (batch, timesteps)"
         )
-    outside = word_inputs[(word_inputs < 0) | (word_inputs >= n_words)]
-    if outside.numel():
-        raise ElmoSettingsError(
-            f"word_inputs holds the id {int(outside[0])}, but vocab_to_cache has {n_words} words (ids 0-{n_words - 1}); "
-            f"add the word to vocab_to_cache, or leave word_inputs out to run the character CNN"
-        )
+    return bool(((word_inputs >= 0) & (word_inputs < word_vectors.shape[0])).all())
 
 
 class Elmo(nn.Module):
@@ -235,8 +288,8 @@ class Elmo(nn.Module):
     ``num_layers``, ``get_output_dim()`` and ``forward`` returning activations and mask, instead of the files.
 
     ``options_file`` alone may be the name of a downloaded model (``Elmo("original", None, 1)``; see
-    ``python -m spacy_elmo list``). ``precision`` (not in AllenNLP): the biLM's matrix products at ``"int8"``,
-    ``"bf16"`` (``"fp16"`` on a GPU) for inference.
+    ``python -m spacy_elmo list``), and a published model's URLs stand for it once it is downloaded. Not in
+    AllenNLP: ``stateful``, ``initial_state``, ``precision`` and ``device``, as :class:`ElmoBiLm` takes them.
     """
 
     def __init__(
@@ -251,25 +304,24 @@ class Elmo(nn.Module):
         keep_sentence_boundaries: bool = False,
         scalar_mix_parameters: Optional[Sequence[float]] = None,
         module: Optional[nn.Module] = None,
-        *,
-        stateful: bool = True,
-        initial_state: str = DEFAULT_INITIAL_STATE,
-        precision: str = DEFAULT_PRECISION,
+        **settings: Any,
     ):
         super().__init__()
         if module is not None:
             if options_file is not None or weight_file is not None:
                 raise ElmoSettingsError("give either module or options_file and weight_file, not both; pass None for the files")
+            if settings:
+                raise ElmoSettingsError(
+                    f"{', '.join(sorted(settings))} are settings of the biLM that Elmo loads; with module, give them "
+                    f"to that module"
+                )
             self._elmo_lstm = module
         else:
             if options_file is None:
                 raise ElmoSettingsError(
                     "Elmo needs options_file and weight_file (or a downloaded model's name as options_file), or module"
                 )
-            self._elmo_lstm = ElmoBiLm(
-                options_file, weight_file, requires_grad, vocab_to_cache,
-                stateful=stateful, initial_state=initial_state, precision=precision,
-            )
+            self._elmo_lstm = ElmoBiLm(options_file, weight_file, requires_grad, vocab_to_cache, **settings)
         self._has_cached_vocab = vocab_to_cache is not None
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)

@@ -5,19 +5,18 @@ layers of each sentence, LSTM state carried from call to call as 0.9 did, HDF5 f
 """
 import json
 from pathlib import Path
-from typing import IO, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import h5py
 import numpy as np
 import torch
 
-from ..errors import EmbedError, NotDownloadedError
-from ..model.encoder import DEFAULT_INITIAL_STATE
-from ..model.precision import DEFAULT_PRECISION
+from ..errors import NotDownloadedError
+from ..model.fixed_mix import fixed_mix_weights
 from ..sources.download import MANIFEST, model_dir
 from ..util.batches import batched
 from ..util.files import PathLike
-from .elmo import ElmoBiLm, batch_to_ids
+from .elmo import ConfigurationError, ElmoBiLm, batch_to_ids
 
 # The model 0.9 used when given no files: the published "original" (2x4096_512_2048cnn_2xhighway).
 DEFAULT_MODEL = "original"
@@ -38,15 +37,15 @@ def default_model() -> str:
 class ElmoEmbedder:
     """Embed tokenised sentences as AllenNLP 0.9 did: ``(3, n_tokens, 2 * projection_dim)`` float32 arrays.
 
-    ``options_file``, ``weight_file``: the biLM (``options_file`` alone may be a downloaded model's name); neither
-    means the published ``original`` model, as in 0.9, which must be downloaded first (``python -m spacy_elmo
-    download original``). ``cuda_device``: a GPU index, or -1 for the CPU.
+    ``options_file``, ``weight_file``: the biLM (``options_file`` alone may be a downloaded model's name, and a
+    published model's URLs, such as 0.9's ``DEFAULT_OPTIONS_FILE`` and ``DEFAULT_WEIGHT_FILE``, stand for it once it
+    is downloaded); neither means the published ``original`` model, as in 0.9, which must be downloaded first
+    (``python -m spacy_elmo download original``). ``cuda_device``: a GPU index, or -1 for the CPU.
 
     As in 0.9, batch row ``r`` starts from the LSTM state row ``r`` of the previous batch ended in, so a sentence's
-    vectors depend on what was embedded before it (:meth:`reset_states` starts over). Not in 0.9:
-    ``stateful=False`` starts every sentence from ``initial_state`` (see :class:`~spacy_elmo.model.encoder.
-    ElmoEncoder`), so that its vectors depend on it alone; ``precision`` runs the biLM's products at ``"int8"`` or
-    ``"bf16"`` (``"fp16"`` on a GPU).
+    vectors depend on what was embedded before it (:meth:`reset_states` starts over). Not in 0.9: ``stateful``,
+    ``initial_state`` and ``precision``, as :class:`~spacy_elmo.allennlp.ElmoBiLm` takes them (``stateful=False``:
+    a sentence's vectors depend on it alone).
     """
 
     def __init__(
@@ -54,16 +53,12 @@ class ElmoEmbedder:
         options_file: Optional[PathLike] = None,
         weight_file: Optional[PathLike] = None,
         cuda_device: int = -1,
-        *,
-        stateful: bool = True,
-        initial_state: str = DEFAULT_INITIAL_STATE,
-        precision: str = DEFAULT_PRECISION,
+        **settings: Any,
     ):
         if options_file is None and weight_file is None:
             options_file = default_model()
         device = torch.device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}")
-        self.elmo_bilm = ElmoBiLm(options_file, weight_file, stateful=stateful, initial_state=initial_state).to(device)
-        self.elmo_bilm.set_precision(precision)
+        self.elmo_bilm = ElmoBiLm(options_file, weight_file, device=device, **settings)
         self.elmo_bilm.eval()
         self.cuda_device = cuda_device
 
@@ -119,7 +114,7 @@ class ElmoEmbedder:
         one JSON string mapping each line to its dataset's name. ``input_file``: an open text file or a path.
         """
         if output_format not in OUTPUT_FORMATS:
-            raise EmbedError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, found {output_format!r}")
+            raise ConfigurationError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, found {output_format!r}")
         if isinstance(input_file, (str, Path)):
             with open(input_file, encoding="utf-8") as opened:
                 sentences = [line.strip() for line in opened]
@@ -127,15 +122,16 @@ class ElmoEmbedder:
             sentences = [line.strip() for line in input_file]
         blank = [i for i, line in enumerate(sentences) if not line]
         if blank:
-            raise EmbedError(f"the input has empty lines (0-based: {blank[:10]}); remove them, one sentence per line")
+            raise ConfigurationError(f"the input has empty lines (0-based: {blank[:10]}); remove them, one sentence per line")
         if use_sentence_keys and len(set(sentences)) < len(sentences):
-            raise EmbedError("use_sentence_keys needs distinct lines, and the input repeats one; leave it off to key by line number")
+            raise ConfigurationError("use_sentence_keys needs distinct lines, and the input repeats one; leave it off to key by line number")
         from tqdm import tqdm
 
         vectors = self.embed_sentences((line.split() for line in sentences), batch_size)
+        mix = None if output_format == "all" else fixed_mix_weights(output_format, self.elmo_bilm.num_layers)
         with h5py.File(output_file_path, "w") as out:
             for i, layers in tqdm(enumerate(vectors), total=len(sentences), unit="sentence"):
-                output = {"all": layers, "top": layers[-1], "average": layers.mean(axis=0)}[output_format]
+                output = layers if mix is None else np.tensordot(mix, layers, axes=1)
                 out.create_dataset(sentences[i] if use_sentence_keys else str(i), data=output.astype(np.float32))
             if not forget_sentences and not use_sentence_keys:
                 index = {line: str(i) for i, line in enumerate(sentences)}

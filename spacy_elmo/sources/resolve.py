@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from .catalog import CATALOG
 from .download import MANIFEST, check_name, is_name, model_dir, verify
 from ..errors import ElmoSettingsError, ElmoWeightsError, NotDownloadedError
 from ..util.files import PathLike
@@ -80,6 +81,55 @@ def check_model_source(options_file: Optional[PathLike]) -> None:
     check_downloaded(text)
 
 
+URL_SCHEMES = ("http://", "https://")
+# AllenNLP served its models from two S3 addresses, which name the same files by the same path after them.
+ALLENNLP_PREFIXES = ("allennlp.s3.amazonaws.com/", "s3-us-west-2.amazonaws.com/allennlp/")
+
+
+def is_url(value: Optional[PathLike]) -> bool:
+    """Whether a file setting is a web address (as AllenNLP, which fetched its files, accepted) rather than a path."""
+    return isinstance(value, str) and value.startswith(URL_SCHEMES)
+
+
+def _url_key(url: str) -> str:
+    """A URL without its scheme and AllenNLP's host, so that both S3 addresses of a file compare equal."""
+    rest = url.split("://", 1)[1]
+    for prefix in ALLENNLP_PREFIXES:
+        if rest.startswith(prefix):
+            return rest[len(prefix):]
+    return rest
+
+
+def published_name(options_file: Optional[PathLike], weight_file: Optional[PathLike]) -> Optional[str]:
+    """The catalogue name of the published model whose URLs are given (None when neither file is a URL).
+
+    The weights name the model; the options URL may be any published model's of the same architecture (flair
+    pairs the contributed PubMed weights with the original's options). A URL of no published model is an error
+    saying to download the file and give its path: files are read from disk, never fetched on the fly.
+    """
+    if not (is_url(options_file) or is_url(weight_file)):
+        return None
+    if not (is_url(options_file) and is_url(weight_file)):
+        raise ElmoSettingsError(
+            f"options_file {options_file!r} and weight_file {weight_file!r}: give both as URLs of a published "
+            f"model (python -m spacy_elmo list) or both as local paths"
+        )
+    models = [entry for entry in CATALOG.values() if entry.kind == "allennlp"]
+    entry = next((e for e in models if _url_key(e.urls["weights"]) == _url_key(str(weight_file))), None)
+    if entry is None:
+        raise ElmoSettingsError(
+            f"{weight_file} is not the weights of a published ELMo model that spacy-elmo knows (python -m spacy_elmo "
+            f"list); download the file and give its local path"
+        )
+    options_key = _url_key(str(options_file))
+    if not any(_url_key(e.urls["options"]) == options_key and e.architecture == entry.architecture for e in models):
+        raise ElmoSettingsError(
+            f"{options_file} is not the options of the published model {entry.name!r}, whose weights are given; "
+            f"give {entry.urls['options']}, or the model's name {entry.name!r}"
+        )
+    return entry.name
+
+
 def model_files(
     options_file: Optional[PathLike],
     weight_file: Optional[PathLike],
@@ -87,7 +137,16 @@ def model_files(
     names: Tuple[str, str] = ("options_file", "weight_file"),
 ) -> Tuple[Path, Path]:
     """The biLM's ``options.json`` and weights: both given, a published model's name given alone as
-    ``options_file`` (``python -m spacy_elmo list``), or neither for the embedded model of ``lang``."""
+    ``options_file`` (``python -m spacy_elmo list``) or both by their URLs (a downloaded model only: see
+    :func:`published_name`), or neither for the embedded model of ``lang``."""
+    name = published_name(options_file, weight_file)
+    if name is not None:
+        if not (model_dir(name) / MANIFEST).is_file():
+            raise NotDownloadedError(
+                f"{weight_file} is the published model {name!r}, which is not downloaded (spacy-elmo reads models "
+                f"from its cache, never from the web on the fly): run python -m spacy_elmo download {name}"
+            )
+        return verify(name)
     check_model_files(options_file, weight_file, names)
     if is_name(options_file, weight_file):
         return verify(str(options_file))

@@ -137,6 +137,42 @@ def test_word_ids_from_the_cached_vocabulary_match_the_character_ids(allennlp_fi
     assert torch.equal(by_words["mask"], by_chars["mask"])
 
 
+def test_word_ids_outside_the_cache_run_the_character_cnn_as_allennlp_does(allennlp_files):
+    ids = batch_to_ids(SENTENCES)
+    word_ids = torch.tensor([[1, 2, 0, 0, 0, 0, 0], [1, 2, 3, 1, 2, 3, 9]])  # 9: no such cached word
+    by_chars = Elmo(*allennlp_files, 1, dropout=0.0)(ids)
+    fallback = Elmo(*allennlp_files, 1, dropout=0.0, vocab_to_cache=["@@PADDING@@", "a", "b", "c"])(ids, word_ids)
+    torch.testing.assert_close(fallback["elmo_representations"][0], by_chars["elmo_representations"][0], rtol=0, atol=0)
+    assert torch.equal(fallback["mask"], by_chars["mask"])
+
+
+def test_allennlps_path_to_the_lstm_state_resets_it(allennlp_files):
+    """AllenNLP-based models call ``elmo._elmo_lstm._elmo_lstm.reset_states()`` between documents."""
+    ids = batch_to_ids(SENTENCES)
+    elmo = Elmo(*allennlp_files, 1, dropout=0.0)
+    first = elmo(ids)["elmo_representations"][0]
+    assert not torch.equal(elmo(ids)["elmo_representations"][0], first)
+    elmo._elmo_lstm._elmo_lstm.reset_states()
+    torch.testing.assert_close(elmo(ids)["elmo_representations"][0], first, rtol=0, atol=0)
+
+
+def test_configuration_error_catches_a_settings_mistake_as_in_allennlp(allennlp_files):
+    from spacy_elmo.allennlp import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        Elmo(*allennlp_files, 1, scalar_mix_parameters=[0.0])
+    assert issubclass(ElmoSettingsError, ConfigurationError)
+
+
+def test_the_settings_are_one_checked_biLM_settings_value(allennlp_files):
+    from spacy_elmo.runtime import BiLmSettings
+
+    bilm = Elmo(*allennlp_files, 1, stateful=False, initial_state="zeros")._elmo_lstm
+    assert bilm.settings == BiLmSettings(*map(str, allennlp_files), stateful=False, initial_state="zeros")
+    with pytest.raises(ElmoSettingsError, match="precision 'int8' is for a frozen biLM"):
+        ElmoBiLm(*allennlp_files, requires_grad=True).set_precision("int8")
+
+
 def test_a_state_dict_round_trip_gives_the_same_vectors(allennlp_files, tmp_path):
     trained = Elmo(*allennlp_files, 2, dropout=0.0, vocab_to_cache=["@@PADDING@@", "a"], stateful=False)
     with torch.no_grad():
@@ -190,11 +226,12 @@ def test_a_model_name_that_is_not_downloaded_says_how_to_get_it(monkeypatch, tmp
         (lambda f: Elmo(*f, 1, module=torch.nn.Linear(1, 1)), "either module or options_file"),
         (lambda f: Elmo(None, None, 1), "needs options_file"),
         (lambda f: Elmo(*f, 1, vocab_to_cache=["@@PADDING@@", "a"])(batch_to_ids([["a"]]), torch.tensor([[1, 1]])), "word_inputs has shape"),
-        (lambda f: Elmo(*f, 1, vocab_to_cache=["@@PADDING@@", "a"])(batch_to_ids([["b"]]), torch.tensor([[2]])), "vocab_to_cache has 2 words"),
+        (lambda f: Elmo(*f, 1, stateful=False, cache_size=8), r"unknown ELMo setting\(s\) \['cache_size'\]"),
+        (lambda f: Elmo(None, None, 1, module=ElmoBiLm(*f), stateful=False), "give them to that module"),
         (lambda f: Elmo(*f, 1)(torch.zeros(2, 3, dtype=torch.long)), r"\(batch, timesteps, 50\)"),
         (lambda f: Elmo(*f, 1, scalar_mix_parameters=[0.0, 1.0]), "one weight per layer"),
     ],
-    ids=["module-and-files", "no-files", "word-shape", "word-not-cached", "char-shape", "mix-length"],
+    ids=["module-and-files", "no-files", "word-shape", "unknown-setting", "module-and-settings", "char-shape", "mix-length"],
 )
 def test_a_users_mistake_is_a_one_line_error(allennlp_files, call, message):
     with pytest.raises(ElmoSettingsError, match=message) as error:

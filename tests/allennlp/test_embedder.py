@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from spacy_elmo.allennlp import ElmoEmbedder
-from spacy_elmo.errors import EmbedError, NotDownloadedError
+from spacy_elmo.allennlp import ConfigurationError
+from spacy_elmo.errors import NotDownloadedError
 from tests.allennlp.conftest import reference_batches
 from tests.conftest import ALLENNLP, ROUNDING
 
@@ -82,8 +83,8 @@ def test_embed_file_with_sentence_keys_or_forgetting_sentences(allennlp_files, t
     ],
     ids=["blank-line", "repeated-key", "format"],
 )
-def test_embed_file_mistakes_are_one_line_errors(allennlp_files, tmp_path, text, settings, message):
-    with pytest.raises(EmbedError, match=message) as error:
+def test_embed_file_mistakes_are_one_line_configuration_errors(allennlp_files, tmp_path, text, settings, message):
+    with pytest.raises(ConfigurationError, match=message) as error:
         ElmoEmbedder(*allennlp_files).embed_file(io.StringIO(text), tmp_path / "out.hdf5", **settings)
     assert "\n" not in str(error.value)
 
@@ -105,3 +106,4 @@ def test_an_empty_batch_gives_nothing_and_keeps_the_state(allennlp_files):
     assert [x.shape for x in embedder.embed_batch([[], []])] == [(3, 0, 32)] * 2
     fresh.embed_batch([[], []])
     np.testing.assert_array_equal(embedder.embed_sentence(["a"]), fresh.embed_sentence(["a"]))
+
