@@ -112,6 +112,7 @@ class ElmoEmbedder:
         the line itself: ``(3, n, dim)`` for ``output_format="all"``, ``(n, dim)`` for ``"top"`` and
         ``"average"``. Unless ``forget_sentences`` or ``use_sentence_keys``, a dataset ``sentence_to_index`` holds
         one JSON string mapping each line to its dataset's name. ``input_file``: an open text file or a path.
+        Empty lines, repeated lines as keys and an unknown format are a ``ConfigurationError``, as in 0.9.
         """
         if output_format not in OUTPUT_FORMATS:
             raise ConfigurationError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, found {output_format!r}")
