@@ -209,7 +209,7 @@ def embed(
     weight_file: str = typer.Option(None, "--weights", help="weights .hdf5 of another ELMo model"),
     model: Optional[str] = typer.Option(None, "--model", help="Name of a downloaded model instead of --options/--weights (see: list)"),
     batch_size: int = typer.Option(32, "--batch-size", help="Lines per biLM call"),
-    max_tokens: int = typer.Option(DEFAULT_MAX_SENTENCE_TOKENS, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
+    max_sentence_tokens: int = typer.Option(DEFAULT_MAX_SENTENCE_TOKENS, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
     initial_state: Optional[str] = typer.Option(None, "--initial-state", help="auto | zeros | warm: where each window's LSTMs start (default: ElmoEmbedder's)"),
     device: str = typer.Option("cpu", "--device", help="torch device; 'cuda' under torchrun means cuda:$LOCAL_RANK"),
     precision: str = typer.Option("fp32", "--precision", help="fp32 (exact) | int8 | bf16 (CPUs with bf16) | fp16 (GPUs): the biLM's products"),
@@ -217,9 +217,8 @@ def embed(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
     """Embed every line of a corpus into an HDF5 file (dataset "<k>" and "tokens/<k>" for line k). Rerun to resume."""
-    from .embed import EmbedSettings, Shard, embed_file, resolve_device, shard_output
+    from .embed import EmbedSettings, Shard, bilm_settings, embed_file, resolve_device, shard_output
     from ..sources.download import resolve_model
-    from ..model.encoder import DEFAULT_INITIAL_STATE
     from ..runtime.devices import check_device
 
     try:
@@ -231,19 +230,19 @@ def embed(
                 options_file, weight_file = map(str, resolve_model(model))
             chosen = Shard.parse(shard)
             output = shard_output(output_file, chosen, auto=shard == "auto")
+            bilm = bilm_settings(
+                {
+                    "--options": options_file,
+                    "--weights": weight_file,
+                    "--lang": lang,
+                    "--initial-state": initial_state,
+                    "--max-tokens": max_sentence_tokens,
+                    "--precision": precision,
+                }
+            )
             settings = EmbedSettings(
-                layers=layers,
-                mix_weights=_parse_weights(mix_weights),
-                gamma=gamma,
-                jsonl=jsonl,
-                lang=lang,
-                whitespace=whitespace,
-                max_tokens=max_tokens,
-                initial_state=initial_state or DEFAULT_INITIAL_STATE,
-                options_file=options_file,
-                weight_file=weight_file,
-                precision=precision,
-                shard=chosen,
+                bilm, layers=layers, mix_weights=_parse_weights(mix_weights), gamma=gamma, jsonl=jsonl,
+                whitespace=whitespace, shard=chosen,
             )
             with sigterm_as_interrupt():  # close the file cleanly on SIGTERM as on Ctrl-C
                 result = embed_file(input_file, output, settings, batch_size=batch_size, device=device, progress=not quiet)
