@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import typer
 
 from .checks import check_input_file, check_input_path, check_model_files, check_output_path
-from ..errors import ElmoError, ElmoSettingsError, EmbedError, PlotError, PretrainConfigError
+from ..errors import ElmoError, ElmoSettingsError, PlotError, PretrainConfigError
 from ..util.interrupts import sigterm_as_interrupt
 from ..model.options import PRESET_NAMES
 from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS
@@ -227,7 +227,8 @@ def embed(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
     """Embed every line of a corpus into an HDF5 file (dataset "<k>" and "tokens/<k>" for line k). Rerun to resume."""
-    from .sharding import Shard, resolve_device, shard_output
+    from .embed_job import Shard, check_input, check_output, resolve_device, shard_output
+    from ..sources.download import resolve_model
 
     output: Optional[Path] = None
     try:
@@ -235,19 +236,18 @@ def embed(
             chosen = Shard.parse(shard)
             output = shard_output(output_file, chosen, auto=shard == "auto")
             # the files first, before the model's imports (seconds): a mistyped path is reported at once
-            check_input_file(input_file, "Input file", EmbedError, "give a text or JSONL file, one document per line")
-            check_output_path(output, "Output file", EmbedError)
-            check_model_files(options_file, weight_file)
-
-            from .embed import EmbedSettings, bilm_settings, embed_file
-            from ..runtime.devices import check_device
-            from ..sources.download import resolve_model
-
-            _option("--device", check_device, resolve_device(device))
+            check_input(input_file)
+            check_output(output)
             if model is not None:
                 if options_file is not None or weight_file is not None:
                     raise typer.BadParameter("Give --model or --options/--weights, not both")
                 options_file, weight_file = map(str, resolve_model(model))
+            check_model_files(options_file, weight_file)
+
+            from .embed import EmbedSettings, bilm_settings, embed_file
+            from ..runtime.devices import check_device
+
+            _option("--device", check_device, resolve_device(device))
             bilm = bilm_settings(
                 {
                     "--options": options_file,

@@ -25,8 +25,7 @@ import torch
 from spacy.util import minibatch
 from tqdm import tqdm
 
-from .checks import check_input_file
-from .sharding import Shard, resolve_device
+from .embed_job import Shard, check_input, check_output, resolve_device
 from ..errors import ElmoError, ElmoSettingsError, EmbedError
 from ..model.fixed_mix import fixed_mix_weights
 from ..model.precision import check_precision
@@ -38,7 +37,6 @@ from ..util.windows import cut_windows, window_tokens, windows_per_sequence
 
 LAYER_MODES = ("all", "top", "average", "mix")
 FORMAT = "spacy-elmo-embeddings/1"
-INPUT_HINT = "give a text or JSONL file, one document per line"
 
 
 # embed's options that set the biLM, and the setting each gives: an error of a setting is reported as its option's.
@@ -82,6 +80,7 @@ class EmbedSettings:
         (``gamma * sum_j mix_weights[j] * layer_j``, the weights used as given).
     jsonl, whitespace: lines are JSON objects (``"text"`` or ``"tokens"``); text is split on whitespace, not by
         spaCy's tokenizer.
+    shard: which of the input's lines are embedded.
     """
 
     bilm: BiLmSettings = BiLmSettings()
@@ -166,7 +165,6 @@ def parse_line(line: str, number: int, path: Path, jsonl: bool) -> Union[str, Li
 
 def scan_input(path: Path, jsonl: bool, shard: Shard) -> int:
     """Count the input's lines, checking the shard's JSONL lines first, so a bad line stops the run before any work."""
-    check_input_file(path, "Input file", EmbedError, INPUT_HINT)
     n_lines = 0
     with open_text(path) as f:
         for number, line in enumerate(f):
@@ -270,8 +268,10 @@ def embed_file(
     if batch_size < 1:
         raise EmbedError(f"--batch-size must be at least 1, found {batch_size}")
     input_path, output_path = Path(input_path), Path(output_path)
+    check_input(input_path)
+    check_output(output_path)
     shard = settings.shard
-    runtime = settings.load_runtime(device)  # model, mix, input, then output: nothing is written unless all check out
+    runtime = settings.load_runtime(device)  # paths, model, mix, then the input's lines: nothing is written unless all check out
     mix = settings.mix(runtime.options.n_output_layers)
     n_lines = scan_input(input_path, settings.jsonl, shard)
     total = shard.lines_before(n_lines)

@@ -27,6 +27,13 @@ def test_init_config_writes_the_preset(tmp_path):
     assert config["model"]["n_highway"] == preset("small").n_highway
 
 
+def test_init_config_makes_the_missing_folders_of_its_output(tmp_path):
+    done = CliRunner().invoke(app, ["init-config", str(tmp_path / "new" / "folder" / "tiny.cfg")])
+    assert done.exit_code == 0, done.output
+    config = Config().from_disk(tmp_path / "new" / "folder" / "tiny.cfg", interpolate=False)
+    assert config["model"]["lstm_dim"] == preset("tiny").lstm_dim
+
+
 def test_pretrain_reports_a_bad_config_without_a_traceback(tmp_path):
     _cli("init-config", str(tmp_path / "c.cfg"))
     done = _cli("pretrain", str(tmp_path / "c.cfg"), str(tmp_path / "out"), "--paths.train", "x.txt", "--training.optimizer", "lion")

@@ -1,13 +1,26 @@
-"""Which part of the work a process of ``embed`` does: its shard of the input lines, its output file and its GPU,
-from the command line or from torchrun's environment. Light: the command reads these before importing the model."""
+"""What one process of ``embed`` works on: its input, its shard of the lines, its output file and its GPU, from the
+command line or from torchrun's environment. Light (no torch, no spaCy): the command settles these before importing
+the model, so that a wrong path or shard is reported at once."""
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from .checks import check_input_file, check_output_path
 from ..errors import EmbedError
+from ..util.files import PathLike
 
 SHARD_PLACEHOLDER = "{shard}"
+
+
+def check_input(path: PathLike) -> None:
+    """Refuse an input that is not a readable file."""
+    check_input_file(path, "Input file", EmbedError, "give a text or JSONL file, one document per line")
+
+
+def check_output(path: PathLike) -> None:
+    """Refuse an output file that cannot be written (its missing folders are made when it is)."""
+    check_output_path(path, "Output file", EmbedError)
 
 
 @dataclass(frozen=True)
