@@ -235,13 +235,13 @@ def embed(
         with user_errors():
             chosen = Shard.parse(shard)
             output = shard_output(output_file, chosen, auto=shard == "auto")
-            # the files first, before the model's imports (seconds): a mistyped path is reported at once
-            check_input(input_file)
-            check_output(output)
             if model is not None:
                 if options_file is not None or weight_file is not None:
                     raise typer.BadParameter("Give --model or --options/--weights, not both")
                 options_file, weight_file = map(str, resolve_model(model))
+            # the files before the model's imports (seconds): a mistyped path is reported at once
+            check_input(input_file)
+            check_output(output)
             check_model_files(options_file, weight_file)
 
             from .embed import EmbedSettings, bilm_settings, embed_file
