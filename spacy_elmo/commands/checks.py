@@ -37,7 +37,7 @@ def check_output_path(path: PathLike, what: str, error: Type[ElmoError], folder:
         if not os.access(path, os.W_OK):
             raise error(f"{what} {path} cannot be written (no permission); choose another path")
         return
-    parent = next(folder for folder in (path.parent, *path.parent.parents) if folder.exists())  # missing ones are made
+    parent = next(place for place in (path.parent, *path.parent.parents) if place.exists())  # missing ones are made
     if not parent.is_dir():
         raise error(f"{what} {path} cannot be made: {parent} is a file, not a folder; choose another path")
     if not os.access(parent, os.W_OK | os.X_OK):
