@@ -5,7 +5,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import typer
 
-from ..errors import ElmoError, ElmoSettingsError
+from .checks import check_input_file, check_input_path, check_model_files, check_output_path
+from ..errors import ElmoError, ElmoSettingsError, PlotError, PretrainConfigError
 from ..util.interrupts import sigterm_as_interrupt
 from ..model.options import PRESET_NAMES
 from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS
@@ -45,9 +46,10 @@ def demo(
     weight_file: str = typer.Option(None, "--weights", help="weights .hdf5 of another ELMo model"),
 ) -> None:
     """Show contextual nearest neighbours separating the senses of "bank" and "play"."""
-    from .demo import run
-
     with user_errors():
+        check_model_files(options_file, weight_file)
+        from .demo import run
+
         run(options_file, weight_file)
 
 
@@ -135,15 +137,20 @@ def init_config(
     preset: str = typer.Option("tiny", "--preset", "-p", help=f"Architecture: one of {', '.join(PRESET_NAMES)}"),
 ) -> None:
     """Write a complete pretraining config for a preset architecture, with bf16 on where this machine has native bf16."""
+    to_stdout = str(output_file) == "-"
+    if not to_stdout:
+        with user_errors():
+            check_output_path(output_file, "Config file", PretrainConfigError)
     from ..pretrain.config import init_config_text
 
     try:
         text = init_config_text(preset)
     except ElmoError as err:
         raise typer.BadParameter(str(err)) from None
-    if str(output_file) == "-":
+    if to_stdout:
         typer.echo(text)
     else:
+        output_file.parent.mkdir(parents=True, exist_ok=True)
         output_file.write_text(text, encoding="utf-8")
         typer.echo(f"Wrote {output_file} (preset {preset!r}). Train with: python -m spacy_elmo pretrain {output_file} OUTPUT_DIR --paths.train TEXT")
 
@@ -153,7 +160,7 @@ def init_config(
 )
 def pretrain(
     ctx: typer.Context,
-    config_path: Path = typer.Argument(..., help="Pretraining config (see init-config)", exists=True, dir_okay=False),
+    config_path: Path = typer.Argument(..., help="Pretraining config (see init-config)"),
     output_dir: Path = typer.Argument(..., help="Output directory; an existing run there is resumed"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
@@ -161,6 +168,9 @@ def pretrain(
 
     Under ``torchrun --nproc_per_node N`` the same command trains with DistributedDataParallel.
     """
+    with user_errors():
+        check_input_file(config_path, "Pretraining config", PretrainConfigError, "write one with: python -m spacy_elmo init-config pretrain.cfg")
+        check_output_path(output_dir, "Output directory", PretrainConfigError, folder=True)
     # Private (spacy.cli._util): spaCy 3.8 has no public parser of its `--section.key value` overrides, and
     # pretrain takes them as spaCy's commands do. If it moves or changes, parsing fails:
     # tests/test_spacy_private_apis.py pins what pretrain relies on.
@@ -209,7 +219,7 @@ def embed(
     weight_file: str = typer.Option(None, "--weights", help="weights .hdf5 of another ELMo model"),
     model: Optional[str] = typer.Option(None, "--model", help="Name of a downloaded model instead of --options/--weights (see: list)"),
     batch_size: int = typer.Option(32, "--batch-size", help="Lines per biLM call"),
-    max_tokens: int = typer.Option(DEFAULT_MAX_SENTENCE_TOKENS, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
+    max_sentence_tokens: int = typer.Option(DEFAULT_MAX_SENTENCE_TOKENS, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own"),
     initial_state: Optional[str] = typer.Option(None, "--initial-state", help="auto | zeros | warm: where each window's LSTMs start (default: ElmoEmbedder's)"),
     device: str = typer.Option("cpu", "--device", help="torch device; 'cuda' under torchrun means cuda:$LOCAL_RANK"),
     precision: str = typer.Option("fp32", "--precision", help="fp32 (exact) | int8 | bf16 (CPUs with bf16) | fp16 (GPUs): the biLM's products"),
@@ -217,38 +227,46 @@ def embed(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
     """Embed every line of a corpus into an HDF5 file (dataset "<k>" and "tokens/<k>" for line k). Rerun to resume."""
-    from .embed import EmbedSettings, Shard, embed_file, resolve_device, shard_output
+    from .embed_job import Shard, check_input, check_output, resolve_device, shard_output
     from ..sources.download import resolve_model
-    from ..model.encoder import DEFAULT_INITIAL_STATE
-    from ..runtime.devices import check_device
 
+    output: Optional[Path] = None
     try:
         with user_errors():
-            _option("--device", check_device, resolve_device(device))
+            chosen = Shard.parse(shard)
+            output = shard_output(output_file, chosen, auto=shard == "auto")
             if model is not None:
                 if options_file is not None or weight_file is not None:
                     raise typer.BadParameter("Give --model or --options/--weights, not both")
                 options_file, weight_file = map(str, resolve_model(model))
-            chosen = Shard.parse(shard)
-            output = shard_output(output_file, chosen, auto=shard == "auto")
+            # the files before the model's imports (seconds): a mistyped path is reported at once
+            check_input(input_file)
+            check_output(output)
+            check_model_files(options_file, weight_file)
+
+            from .embed import EmbedSettings, bilm_settings, embed_file
+            from ..runtime.devices import check_device
+
+            _option("--device", check_device, resolve_device(device))
+            bilm = bilm_settings(
+                {
+                    "--options": options_file,
+                    "--weights": weight_file,
+                    "--lang": lang,
+                    "--initial-state": initial_state,
+                    "--max-tokens": max_sentence_tokens,
+                    "--precision": precision,
+                }
+            )
             settings = EmbedSettings(
-                layers=layers,
-                mix_weights=_parse_weights(mix_weights),
-                gamma=gamma,
-                jsonl=jsonl,
-                lang=lang,
-                whitespace=whitespace,
-                max_tokens=max_tokens,
-                initial_state=initial_state or DEFAULT_INITIAL_STATE,
-                options_file=options_file,
-                weight_file=weight_file,
-                precision=precision,
-                shard=chosen,
+                bilm, layers=layers, mix_weights=_parse_weights(mix_weights), gamma=gamma, jsonl=jsonl,
+                whitespace=whitespace, shard=chosen,
             )
             with sigterm_as_interrupt():  # close the file cleanly on SIGTERM as on Ctrl-C
                 result = embed_file(input_file, output, settings, batch_size=batch_size, device=device, progress=not quiet)
     except KeyboardInterrupt:
-        kept = f"finished batches are kept in {output}; run the same command to continue" if output.exists() else "nothing was written"
+        written = output is not None and output.exists()
+        kept = f"finished batches are kept in {output}; run the same command to continue" if written else "nothing was written"
         typer.echo(f"Interrupted: {kept}.", err=True)
         raise typer.Exit(130)
     if result.already_complete:
@@ -280,15 +298,17 @@ def _parse_weights(text: Optional[str]) -> Optional[Tuple[float, ...]]:
 
 @app.command("plot-mix")
 def plot_mix(
-    pipeline_dir: Path = typer.Argument(..., help="A trained pipeline (loaded with spacy.load)", exists=True),
+    pipeline_dir: Path = typer.Argument(..., help="A trained pipeline (loaded with spacy.load)"),
     output: Path = typer.Argument(..., help="PNG file to write"),
 ) -> None:
     """Plot each ELMo listener's learned layer weights (softmax) and gamma, one bar group per component."""
-    import spacy
-
-    from .plots import learned_mixes, plot_mixes
-
     with user_errors():
+        check_input_path(pipeline_dir, "Pipeline", PlotError, "give the folder of a trained pipeline (spacy train's model-best)")
+        check_output_path(output, "Output", PlotError)
+        import spacy
+
+        from .plots import learned_mixes, plot_mixes
+
         mixes = learned_mixes(spacy.load(pipeline_dir))
         for mix in mixes:
             weights = ",".join(f"{w:.4f}" for w in mix.weights)
@@ -303,9 +323,10 @@ def plot_pretrain(
     output: Path = typer.Argument(..., help="PNG file to write"),
 ) -> None:
     """Plot a pretraining run's training loss and perplexity, and held-out perplexities, against tokens seen."""
-    from .plots import plot_pretrain as draw
-    from .plots import pretrain_curves
-
     with user_errors():
+        check_output_path(output, "Output", PlotError)
+        from .plots import plot_pretrain as draw
+        from .plots import pretrain_curves
+
         draw(pretrain_curves(run), output)
     typer.echo(f"Wrote {output}")

@@ -13,10 +13,7 @@ Lines are processed in order, a batch at a time: each batch's datasets are writt
 dataset at or after ``next_line`` (left by a killed run) and continues from there, so the finished
 file equals that of an uninterrupted run. A shard ``i/n`` holds the lines ``k`` with ``k % n == i``.
 """
-import dataclasses
 import json
-import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,106 +25,70 @@ import torch
 from spacy.util import minibatch
 from tqdm import tqdm
 
-from ..sources.resolve import DEFAULT_LANG, model_files
-from ..embedder import ElmoEmbedder
-from ..errors import ElmoSettingsError, EmbedError
-from ..util.files import PathLike
+from .embed_job import Shard, check_input, check_output, resolve_device
+from ..errors import ElmoError, ElmoSettingsError, EmbedError
 from ..model.fixed_mix import fixed_mix_weights
-from ..model.encoder import DEFAULT_INITIAL_STATE
-from ..model.precision import DEFAULT_PRECISION, check_precision
-from ..runtime import BiLmSettings
+from ..model.precision import check_precision
+from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
+from ..sources.resolve import model_files
+from ..util.files import PathLike
 from ..util.text import Tokenizer, make_tokenizer, open_text
-from ..util.windows import DEFAULT_MAX_SENTENCE_TOKENS, cut_windows, window_tokens, windows_per_sequence
+from ..util.windows import cut_windows, window_tokens, windows_per_sequence
 
 LAYER_MODES = ("all", "top", "average", "mix")
 FORMAT = "spacy-elmo-embeddings/1"
-# The biLM settings as this command's options name them, for its messages.
-OPTION_NAMES = {
-    "options_file": "--options",
-    "weight_file": "--weights",
-    "initial_state": "--initial-state",
-    "max_sentence_tokens": "--max-tokens",
-    "precision": "--precision",
+
+
+# embed's options that set the biLM, and the setting each gives: an error of a setting is reported as its option's.
+BILM_OPTIONS = {
+    "--options": "options_file",
+    "--weights": "weight_file",
+    "--lang": "lang",
+    "--initial-state": "initial_state",
+    "--max-tokens": "max_sentence_tokens",
+    "--precision": "precision",
 }
-SHARD_PLACEHOLDER = "{shard}"
+MODEL_FILE_OPTIONS = ("--options", "--weights")  # checked as a pair: one alone is either a model's name or an error
+# The biLM settings that change the numbers written, besides its files (recorded, and compared on resume).
+RECORDED_BILM_SETTINGS = ("lang", "initial_state", "max_sentence_tokens", "precision")
 
 
-@dataclass(frozen=True)
-class Shard:
-    """Shard ``index`` of ``count``: the input lines ``k`` with ``k % count == index``."""
-
-    index: int = 0
-    count: int = 1
-
-    @classmethod
-    def parse(cls, spec: str, environ: Mapping[str, str] = os.environ) -> "Shard":
-        """``"i/n"``, or ``"auto"``: ``RANK``/``WORLD_SIZE`` as set by torchrun (``0/1`` when unset)."""
+def bilm_settings(options: Mapping[str, Any]) -> BiLmSettings:
+    """The biLM settings of embed's options, as ``{"--precision": "int8", ...}`` (an option absent or None keeps
+    the setting's default). They are applied one option at a time, so that an error names the option it is about."""
+    given = {option: value for option, value in options.items() if value is not None}
+    files = [option for option in MODEL_FILE_OPTIONS if option in given]
+    steps = [("/".join(files), files)] if files else []
+    steps += [(option, [option]) for option in given if option not in MODEL_FILE_OPTIONS]
+    settings = BiLmSettings()
+    for name, step in steps:
         try:
-            if spec == "auto":
-                shard = cls(int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1")))
-            else:
-                index, count = spec.split("/")
-                shard = cls(int(index), int(count))
-        except ValueError:
-            raise EmbedError(f"--shard must be 'i/n' (e.g. 0/4) or 'auto', found {spec!r}") from None
-        if not 0 <= shard.index < shard.count:
-            raise EmbedError(f"shard {shard.index}/{shard.count} does not exist: i must be in 0..n-1")
-        return shard
-
-    def owns(self, line: int) -> bool:
-        return line % self.count == self.index
-
-    def lines_before(self, line: int) -> int:
-        """How many of this shard's lines come before input line ``line``."""
-        return max(0, (line - self.index + self.count - 1) // self.count)
-
-    def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
-
-
-def shard_output(template: str, shard: Shard, auto: bool) -> Path:
-    """The output file of ``shard``: ``{shard}`` in ``template`` becomes its index.
-
-    Under ``--shard auto`` every process gets the same command line, so several shards need the
-    placeholder to write different files.
-    """
-    if auto and shard.count > 1 and SHARD_PLACEHOLDER not in template:
-        raise EmbedError(
-            f"--shard auto runs {shard.count} processes with the same OUTPUT {template!r}: put {SHARD_PLACEHOLDER} "
-            f"in it (e.g. out-{SHARD_PLACEHOLDER}.hdf5) so that each shard writes its own file"
-        )
-    return Path(template.replace(SHARD_PLACEHOLDER, str(shard.index)))
-
-
-def resolve_device(device: str, environ: Mapping[str, str] = os.environ) -> str:
-    """``"cuda"`` means the process's own GPU under torchrun (``cuda:$LOCAL_RANK``); anything else as given."""
-    if device == "cuda" and "LOCAL_RANK" in environ:
-        return f"cuda:{environ['LOCAL_RANK']}"
-    return device
+            settings = settings.replace(**{BILM_OPTIONS[option]: given[option] for option in step})
+        except ElmoError as err:  # a setting's check, or (a lone --options) the published models' names
+            raise EmbedError(f"{name}: {err}") from None
+    return settings
 
 
 @dataclass(frozen=True)
 class EmbedSettings:
     """Everything that decides the numbers written; stored in the file and checked when a run resumes.
 
+    bilm: the biLM and how it runs. Lines longer than its ``max_sentence_tokens`` are cut into consecutive windows,
+        each embedded on its own (no context crosses a window boundary), their rows concatenated. Its ``lang`` also
+        chooses the tokenizer.
     layers: ``all`` (every layer), ``top``, ``average`` (mean of the layers) or ``mix``
         (``gamma * sum_j mix_weights[j] * layer_j``, the weights used as given).
-    max_tokens: longer lines are cut into consecutive windows of at most this many tokens, each
-        embedded on its own (no context crosses a window boundary); their rows are concatenated.
-    precision: the biLM's matrix products, as for ``ElmoEmbedder`` (fp32, int8, bf16; fp16 on a GPU).
+    jsonl, whitespace: lines are JSON objects (``"text"`` or ``"tokens"``); text is split on whitespace, not by
+        spaCy's tokenizer.
+    shard: which of the input's lines are embedded.
     """
 
+    bilm: BiLmSettings = BiLmSettings()
     layers: str = "all"
     mix_weights: Optional[Tuple[float, ...]] = None
     gamma: float = 1.0
     jsonl: bool = False
-    lang: str = DEFAULT_LANG
     whitespace: bool = False
-    max_tokens: int = DEFAULT_MAX_SENTENCE_TOKENS
-    initial_state: str = DEFAULT_INITIAL_STATE
-    options_file: Optional[str] = None
-    weight_file: Optional[str] = None
-    precision: str = DEFAULT_PRECISION
     shard: Shard = Shard()
 
     def __post_init__(self) -> None:
@@ -135,67 +96,51 @@ class EmbedSettings:
             raise EmbedError(f"--layers must be one of {', '.join(LAYER_MODES)}, found {self.layers!r}")
         if (self.layers == "mix") != (self.mix_weights is not None):
             raise EmbedError("--layers mix needs --mix-weights (one weight per layer, e.g. 0.2,0.5,0.3), and only mix uses them")
-        try:
-            self.bilm_settings()
-        except ElmoSettingsError as err:  # the message names the setting: say the option instead
-            raise EmbedError(re.sub("|".join(OPTION_NAMES), lambda m: OPTION_NAMES[m.group(0)], str(err))) from None
-
-    def bilm_settings(self) -> BiLmSettings:
-        """The biLM's settings (checked when made)."""
-        shared = ("options_file", "weight_file", "lang", "initial_state", "precision")  # named alike in both
-        return BiLmSettings(max_sentence_tokens=self.max_tokens, **{name: getattr(self, name) for name in shared})
-
-    def model_files(self) -> Tuple[Path, Path]:
-        """The biLM's options and weights files (the embedded model's when none were given)."""
-        return model_files(self.options_file, self.weight_file, self.lang)
 
     def record(self, input_path: Path) -> str:
         """The JSON kept in the output's ``settings`` attribute (paths made absolute)."""
-        data: Dict[str, Any] = dataclasses.asdict(self)
-        options, weights = self.model_files()
+        options, weights = model_files(self.bilm.options_file, self.bilm.weight_file, self.bilm.lang)
+        data: Dict[str, Any] = {name: getattr(self.bilm, name) for name in RECORDED_BILM_SETTINGS}
         data.update(
             format=FORMAT,
             input=str(input_path.resolve()),
             options_file=str(options.resolve()),
             weight_file=str(weights.resolve()),
-            shard=str(self.shard),
+            layers=self.layers,
             mix_weights=None if self.mix_weights is None else list(self.mix_weights),
+            gamma=self.gamma,
+            jsonl=self.jsonl,
+            whitespace=self.whitespace,
+            shard=str(self.shard),
         )
         return json.dumps(data, sort_keys=True)
 
-    def select(self, layers: np.ndarray) -> np.ndarray:
-        """What is stored of one line's ``(n_layers + 1, n_tokens, dim)`` layers."""
+    def mix(self, n_layers: int) -> Optional[MixWeights]:
+        """The weights of the fixed mix written, ``gamma`` included, for a biLM of ``n_layers`` layers; None for
+        ``--layers all``."""
         if self.layers == "all":
-            return layers
-        weights = np.float32(self.gamma) * self.mix_weights_for(layers.shape[0])
-        return np.tensordot(weights, layers, axes=1).astype(np.float32, copy=False)
-
-    def mix_weights_for(self, n_layers: int) -> np.ndarray:
-        """The fixed mix of ``--layers top``, ``average`` or ``mix`` (before ``gamma``) for ``n_layers`` layers."""
+            return None
         try:
-            return fixed_mix_weights(self.layers if self.mix_weights is None else self.mix_weights, n_layers)
+            weights = fixed_mix_weights(self.layers if self.mix_weights is None else self.mix_weights, n_layers)
         except ElmoSettingsError as err:
             raise EmbedError(f"--mix-weights: {err}") from None
+        return tuple(float(w) for w in np.float32(self.gamma) * weights)
 
-    def load_embedder(self, device: str) -> ElmoEmbedder:
-        """The biLM these settings name, read and verified on ``device``, its layer count checked against the mix.
+    def load_runtime(self, device: str) -> ElmoRuntime:
+        """The biLM these settings name, read and verified on ``device``.
 
-        Called before the output is created: a wrong ``--options``/``--weights`` path, a damaged file or mix
-        weights that don't fit then leave nothing behind (a stub would record the wrong settings and refuse
-        the corrected rerun).
+        Called before the output is created: a wrong ``--options``/``--weights`` path or a damaged file then leaves
+        nothing behind (a stub would record the wrong settings and refuse the corrected rerun).
         """
         device = resolve_device(device)
         try:
-            check_precision(self.precision, torch.device(device))
+            check_precision(self.bilm.precision, torch.device(device))
         except ElmoSettingsError as err:  # a precision this device cannot run
             raise EmbedError(f"--precision: {err}") from None
-        embedder = ElmoEmbedder.from_settings(self.bilm_settings(), device)
-        if self.layers != "all":
-            self.mix_weights_for(embedder.options.n_output_layers)
-        return embedder
+        return ElmoRuntime.load(self.bilm, device)
 
     def tokenizer(self) -> Tokenizer:
-        return str.split if self.whitespace else make_tokenizer(self.lang)
+        return str.split if self.whitespace else make_tokenizer(self.bilm.lang)
 
 
 def parse_line(line: str, number: int, path: Path, jsonl: bool) -> Union[str, List[str]]:
@@ -220,8 +165,6 @@ def parse_line(line: str, number: int, path: Path, jsonl: bool) -> Union[str, Li
 
 def scan_input(path: Path, jsonl: bool, shard: Shard) -> int:
     """Count the input's lines, checking the shard's JSONL lines first, so a bad line stops the run before any work."""
-    if not path.is_file():
-        raise EmbedError(f"Input file {path} not found (or not a file): give a text or JSONL file, one document per line")
     n_lines = 0
     with open_text(path) as f:
         for number, line in enumerate(f):
@@ -325,8 +268,11 @@ def embed_file(
     if batch_size < 1:
         raise EmbedError(f"--batch-size must be at least 1, found {batch_size}")
     input_path, output_path = Path(input_path), Path(output_path)
+    check_input(input_path)
+    check_output(output_path)
     shard = settings.shard
-    embedder = settings.load_embedder(device)  # model, input, then output: nothing is written unless all check out
+    runtime = settings.load_runtime(device)  # paths, model, mix, then the input's lines: nothing is written unless all check out
+    mix = settings.mix(runtime.options.n_output_layers)
     n_lines = scan_input(input_path, settings.jsonl, shard)
     total = shard.lines_before(n_lines)
     out = EmbeddingFile(output_path, settings.record(input_path), n_lines)
@@ -340,10 +286,8 @@ def embed_file(
         with tqdm(total=total, initial=shard.lines_before(out.next_line), unit="line", disable=not progress) as bar:
             for batch in minibatch(read_lines(input_path, settings.jsonl, shard, out.next_line), batch_size):
                 tokenized = [(n, item if isinstance(item, list) else tokenize(item)) for n, item in batch]
-                vectors = embed_windows(embedder, [tokens for _, tokens in tokenized], settings.max_tokens)
-                out.write_batch(
-                    [(n, tokens, settings.select(v)) for (n, tokens), v in zip(tokenized, vectors)], batch[-1][0] + 1
-                )
+                vectors = embed_windows(runtime, [tokens for _, tokens in tokenized], mix)
+                out.write_batch([(n, tokens, v) for (n, tokens), v in zip(tokenized, vectors)], batch[-1][0] + 1)
                 lines_written += len(batch)
                 tokens_written += sum(len(tokens) for _, tokens in tokenized)
                 bar.update(len(batch))
@@ -354,7 +298,9 @@ def embed_file(
         out.close()
 
 
-def embed_windows(embedder: ElmoEmbedder, documents: Sequence[List[str]], max_tokens: int) -> List[np.ndarray]:
-    """All layers of each document, ``(n_layers + 1, n_tokens, dim)``, embedding windows of at most ``max_tokens``."""
-    windows = cut_windows([[(0, len(tokens))] for tokens in documents], max_tokens)
-    return embedder.runtime.layers(window_tokens(documents, windows), windows_per_sequence(windows, len(documents)))
+def embed_windows(runtime: ElmoRuntime, documents: Sequence[List[str]], mix: Optional[MixWeights]) -> List[np.ndarray]:
+    """What is written of each document: all its layers, ``(n_layers + 1, n_tokens, dim)``, or (``mix``) their mix,
+    ``(n_tokens, dim)``. Windows of at most the biLM's ``max_sentence_tokens`` are embedded, and put back end to end."""
+    windows = cut_windows([[(0, len(tokens))] for tokens in documents], runtime.settings.max_sentence_tokens)
+    segments, joined = window_tokens(documents, windows), windows_per_sequence(windows, len(documents))
+    return runtime.layers(segments, joined) if mix is None else runtime.mixed(segments, mix, joined)

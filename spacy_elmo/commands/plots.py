@@ -1,19 +1,21 @@
 """Pictures of what was learned: each listener's layer mix (Peters et al. 2018, Figure 2) and pretraining curves.
 
-Reading the numbers (:func:`learned_mixes`, :func:`pretrain_curves`) needs only numpy; drawing them
-needs matplotlib, an optional extra (``pip install "spacy-elmo[plot]"``), imported on first use.
+Reading the numbers (:func:`learned_mixes`, :func:`pretrain_curves`) needs only numpy (and the pipeline's thinc,
+imported by :func:`learned_mixes` alone, so that the pretraining curves start without spaCy); drawing them needs
+matplotlib, an optional extra (``pip install "spacy-elmo[plot]"``), imported on first use.
 """
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 import numpy as np
-from spacy.language import Language
-from thinc.api import Model
 
 from ..errors import PlotError
 from ..util.files import PathLike
+
+if TYPE_CHECKING:
+    from spacy.language import Language
 
 MIX_NODE = "elmo_scalar_mix"  # name of the thinc layer built by spacy_elmo.pipeline.scalar_mix.build_scalar_mix
 TRAIN_KEYS = ("tokens_seen", "loss", "train_ppl")
@@ -29,11 +31,13 @@ class LearnedMix:
     gamma: float
 
 
-def learned_mixes(nlp: Language) -> List[LearnedMix]:
+def learned_mixes(nlp: "Language") -> List[LearnedMix]:
     """The mix of every ``ElmoListener.v1`` / ``ElmoEmbedding`` in the pipeline, in pipeline order.
 
     A component with several mixes gets them as ``name``, ``name#2``, ...
     """
+    from thinc.api import Model
+
     mixes = []
     for name, pipe in nlp.components:
         model = getattr(pipe, "model", None)

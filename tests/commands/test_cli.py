@@ -1,6 +1,7 @@
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,13 @@ def test_init_config_writes_the_preset(tmp_path):
     config = Config().from_disk(tmp_path / "small.cfg", interpolate=False)
     assert (config["model"]["lstm_dim"], config["model"]["projection_dim"]) == (1024, 128)
     assert config["model"]["n_highway"] == preset("small").n_highway
+
+
+def test_init_config_makes_the_missing_folders_of_its_output(tmp_path):
+    done = CliRunner().invoke(app, ["init-config", str(tmp_path / "new" / "folder" / "tiny.cfg")])
+    assert done.exit_code == 0, done.output
+    config = Config().from_disk(tmp_path / "new" / "folder" / "tiny.cfg", interpolate=False)
+    assert config["model"]["lstm_dim"] == preset("tiny").lstm_dim
 
 
 def test_pretrain_reports_a_bad_config_without_a_traceback(tmp_path):
@@ -171,3 +179,58 @@ def test_embed_under_torchrun_reports_a_device_this_machine_lacks_in_one_line_pe
     errors = [line for line in output.splitlines() if line.startswith("✘ --device: ")]
     assert 1 <= len(errors) <= 2, output  # torchrun may stop the second process before it reports
     assert "spacy_elmo/" not in output, output  # torchrun's own report follows, but no frame of the package's code
+
+
+# The command line with torch, spaCy, thinc and h5py made unimportable: a command that reaches any of them fails
+# naming the blocked import, so a clean one-line error shows that the paths were checked before those imports.
+WITHOUT_HEAVY_IMPORTS = textwrap.dedent(
+    """
+    import sys
+
+    class Refuse:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in ("torch", "spacy", "thinc", "h5py"):
+                raise ImportError("BLOCKED import of " + name)
+
+    sys.meta_path.insert(0, Refuse())
+    from spacy_elmo.commands.cli import app
+    app(sys.argv[1:], prog_name="spacy_elmo")
+    """
+)
+
+
+def _cli_without_heavy_imports(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT_HEAVY_IMPORTS, *args], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=120)
+
+
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["embed", "{tmp}/missing.txt", "{tmp}/out.hdf5"], "{tmp}/missing.txt"),
+        (["embed", "{tmp}/in.txt", "{tmp}/a_file/out.hdf5"], "{tmp}/a_file"),
+        (["embed", "{tmp}/in.txt", "{tmp}/out.hdf5", "--options", "{tmp}/no.json", "--weights", "{tmp}/in.txt"], "{tmp}/no.json"),
+        (["embed", "{tmp}/in.txt", "{tmp}/out.hdf5", "--options", "{tmp}/in.txt", "--weights", "{tmp}/no.hdf5"], "{tmp}/no.hdf5"),
+        (["demo", "--options", "{tmp}/in.txt", "--weights", "{tmp}/no.hdf5"], "{tmp}/no.hdf5"),
+        (["init-config", "{tmp}/a_file/pretrain.cfg"], "{tmp}/a_file"),
+        (["pretrain", "{tmp}/missing.cfg", "{tmp}/run"], "{tmp}/missing.cfg"),
+        (["pretrain", "{tmp}/in.txt", "{tmp}/a_file"], "{tmp}/a_file"),
+        (["plot-mix", "{tmp}/no_pipeline", "{tmp}/mix.png"], "{tmp}/no_pipeline"),
+        (["plot-mix", "{tmp}", "{tmp}/a_file/mix.png"], "{tmp}/a_file"),
+        (["plot-pretrain", "{tmp}/no_run", "{tmp}/curves.png"], "{tmp}/no_run"),
+    ],
+)
+def test_a_wrong_path_is_one_line_naming_it_before_torch_or_spacy_is_imported(tmp_path, args, named):
+    (tmp_path / "in.txt").write_text("The cat sat .\n", encoding="utf-8")
+    (tmp_path / "a_file").write_text("not a folder\n", encoding="utf-8")
+    done = _cli_without_heavy_imports(*(arg.format(tmp=tmp_path) for arg in args))
+    assert done.returncode == 1 and "BLOCKED" not in done.stderr, done.stderr
+    assert done.stderr.startswith("✘ ") and done.stderr.count("\n") == 1, done.stderr
+    assert named.format(tmp=tmp_path) in done.stderr and not (tmp_path / "out.hdf5").exists()
+
+
+def test_the_import_blocker_stops_a_command_whose_paths_are_right(tmp_path):
+    """The check above could pass without its blocker: with good paths the same command reaches the blocked imports."""
+    (tmp_path / "in.txt").write_text("The cat sat .\n", encoding="utf-8")
+    done = _cli_without_heavy_imports("embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"))
+    assert done.returncode != 0 and "BLOCKED import of" in done.stderr, done.stderr

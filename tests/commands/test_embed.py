@@ -105,13 +105,32 @@ def test_all_layers_equal_the_embedder_window_by_window(allennlp_files, embedder
 )
 def test_reduced_layers_are_computed_from_the_full_layers(allennlp_files, embedder, corpus, spacy_tokens, tmp_path, mode, extra, reduce):
     out = tmp_path / f"{mode}.hdf5"
-    done = embed(allennlp_files, str(corpus), str(out), "--layers", mode, *extra)
+    done = embed(allennlp_files, str(corpus), str(out), "--layers", mode, "--max-tokens", str(MAX_TOKENS), *extra)
     assert done.exit_code == 0, done.output
     with h5py.File(out, "r") as f:
         for k, tokens in enumerate(spacy_tokens):
-            full = np.asarray(embedder.embed_sentence(tokens), dtype=np.float64)
+            full = np.asarray(expected_layers(embedder, tokens, MAX_TOKENS), dtype=np.float64)
             assert f[str(k)].shape == (len(tokens), 32)
             np.testing.assert_allclose(f[str(k)][...], reduce(full), **ROUNDING)
+
+
+@pytest.mark.parametrize("mode,extra", [("all", []), ("top", []), ("mix", ["--mix-weights", "1,0,1"])])
+def test_only_what_is_written_is_computed(allennlp_files, corpus, tmp_path, monkeypatch, mode, extra):
+    """A fixed mix asks the runtime for the mixed vectors; all layers are asked for only when all are written."""
+    from spacy_elmo.runtime import ElmoRuntime
+
+    asked = []
+    for method in ("layers", "mixed"):
+        real = getattr(ElmoRuntime, method)
+
+        def spy(self, *args, _real=real, _method=method, **kwargs):
+            asked.append(_method)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(ElmoRuntime, method, spy)
+    done = embed(allennlp_files, str(corpus), str(tmp_path / "out.hdf5"), "--layers", mode, "--batch-size", "3", *extra)
+    assert done.exit_code == 0, done.output
+    assert asked == ["layers" if mode == "all" else "mixed"] * 3  # 7 lines, 3 a batch
 
 
 def test_whitespace_tokens_and_a_mix_weight_count_that_does_not_fit(allennlp_files, corpus, tmp_path):
@@ -243,6 +262,17 @@ def test_resuming_with_other_settings_is_refused(allennlp_files, corpus, tmp_pat
     done = embed(allennlp_files, str(corpus), str(out), "--layers", "average")
     assert done.exit_code == 1
     assert "'top' then, 'average' now" in done.output and "delete it" in done.output
+
+
+def test_resuming_with_another_window_length_is_refused_naming_the_setting(allennlp_files, corpus, tmp_path):
+    out = tmp_path / "out.hdf5"
+    assert embed(allennlp_files, str(corpus), str(out), "--max-tokens", "6").exit_code == 0
+    with h5py.File(out, "r") as f:
+        recorded = json.loads(f.attrs["settings"])
+    assert recorded["max_sentence_tokens"] == 6 and recorded["initial_state"] == "zeros"
+    done = embed(allennlp_files, str(corpus), str(out), "--max-tokens", "7")
+    assert done.exit_code == 1 and "max_sentence_tokens: 6 then, 7 now" in done.output, done.output
+    assert embed(allennlp_files, str(corpus), str(out), "--max-tokens", "6").output.strip().endswith("nothing to do.")
 
 
 def test_input_errors_name_the_file_and_line(allennlp_files, tmp_path):
@@ -377,3 +407,21 @@ def test_a_wrong_option_is_one_line_naming_it_or_its_file(allennlp_files, corpus
     assert result.output.startswith("✘ ") and len(result.output.strip().splitlines()) == 1, result.output
     assert all(part in result.output for part in expected), result.output
     assert ("--precision" in result.output) == (option == "--precision"), result.output
+
+
+@pytest.mark.parametrize(
+    "args,option,setting",
+    [
+        (["--max-tokens", "0"], "--max-tokens", "max_sentence_tokens"),
+        (["--initial-state", "cold"], "--initial-state", "cold"),
+        (["--precision", "fp17"], "--precision", "fp17"),
+        (["--weights", "w.hdf5"], "--weights", "weight_file"),
+    ],
+)
+def test_a_bad_bilm_setting_is_one_line_naming_its_option(corpus, tmp_path, args, option, setting):
+    """The biLM's own check decides; the user reads the option they typed, and nothing is written."""
+    out = tmp_path / "out.hdf5"
+    result = CliRunner().invoke(app, ["embed", str(corpus), str(out), *args, "--quiet"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert result.output.startswith(f"✘ {option}: ") and len(result.output.strip().splitlines()) == 1, result.output
+    assert setting in result.output and not out.exists()
