@@ -20,9 +20,10 @@ from ..sources.download import resolve_model
 from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
-from ..runtime.settings import DEFAULT_BATCH_WAIT_MS, DEFAULT_SHARED_BATCH_TOKENS, DEFAULT_THREADS
 from .architectures import (
     BILM_SETTINGS,
+    DEFAULTS,
+    OWNER_SETTINGS,
     bilm_settings,
     configure_bilm_model,
     doc_layers,
@@ -30,7 +31,7 @@ from .architectures import (
     is_loaded,
     load_bilm_weights,
     runtime_of,
-    settings_dict,
+    set_bilm_dims,
 )
 from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
 from .extensions import install_extensions, install_vector_hooks
@@ -61,30 +62,26 @@ class ElmoOutput(NamedTuple):
     assigns=["doc._.elmo", "doc._.elmo_layers"],
     default_config={
         "model": DEFAULT_MODEL,
-        "frozen": True,
         "mix": DEFAULT_MIX,
         "store_vectors": True,
         "store_layers": False,
         "set_tensor": False,
         "vector_hooks": True,
         "train_cache_mb": 1024,
-        "threads": DEFAULT_THREADS,
-        "batch_requests": True,
-        "batch_wait_ms": DEFAULT_BATCH_WAIT_MS,
-        "shared_batch_tokens": DEFAULT_SHARED_BATCH_TOKENS,
+        **{key: getattr(DEFAULTS, key) for key in OWNER_SETTINGS},
     },
 )
 def make_elmo(
     nlp: Language,
     name: str,
     model: Union[ModelName, Model[List[Doc], List[Floats3d]]],
-    frozen: bool,
     mix: Mix,
     store_vectors: bool,
     store_layers: bool,
     set_tensor: bool,
     vector_hooks: bool,
     train_cache_mb: CacheMegabytes,
+    frozen: bool,
     threads: Optional[Threads],
     batch_requests: bool,
     batch_wait_ms: WaitMilliseconds,
@@ -96,34 +93,23 @@ def make_elmo(
     published model (``config={"model": "original"}``, ``python -m spacy_elmo list``): the default
     architecture with that model's files.
     """
+    settings = dict(locals())  # every setting is a parameter of the same name, passed on as it is
+    del settings["nlp"], settings["name"], settings["model"]
     if isinstance(model, str):
         options_file, weight_file = resolve_model(model)
         model = spacy_util.registry.resolve({"model": DEFAULT_MODEL})["model"]
         configure_bilm_model(model, options_file=options_file, weight_file=weight_file)
-    return Elmo(
-        nlp.vocab,
-        model,
-        name,
-        frozen=frozen,
-        mix=mix,
-        store_vectors=store_vectors,
-        store_layers=store_layers,
-        set_tensor=set_tensor,
-        vector_hooks=vector_hooks,
-        train_cache_mb=train_cache_mb,
-        threads=threads,
-        batch_requests=batch_requests,
-        batch_wait_ms=batch_wait_ms,
-        shared_batch_tokens=shared_batch_tokens,
-    )
+    return Elmo(nlp.vocab, model, name, **settings)
 
 
 class Elmo(TrainablePipe):
     """Runs the biLM over each Doc's sentences (or windows) and shares the layers.
 
     The biLM and its settings (which files, start state, batching) are the ``model``
-    (``spacy_elmo.ElmoBiLm.v2``). ``frozen``: keep the biLM's weights fixed (no backward pass
-    through it); False fine-tunes it through the listeners' gradients.
+    (``spacy_elmo.ElmoBiLm.v2``). The component's own biLM settings (``bilm_settings``: any of ``frozen``,
+    ``threads``, ``batch_requests``, ``batch_wait_ms``, ``shared_batch_tokens``; their defaults are
+    :class:`~spacy_elmo.runtime.BiLmSettings`') complete the model's: ``frozen``: keep the biLM's weights fixed (no
+    backward pass through it); False fine-tunes it through the listeners' gradients.
 
     On Docs: ``mix`` (``"top"``, ``"average"`` or one weight per layer) gives ``Doc._.elmo``
     when ``store_vectors``; ``store_layers`` keeps ``Doc._.elmo_layers``; ``set_tensor`` copies
@@ -149,18 +135,20 @@ class Elmo(TrainablePipe):
         model: Model[List[Doc], List[Floats3d]],
         name: str = "elmo",
         *,
-        frozen: bool = True,
         mix: MixSpec = DEFAULT_MIX,
         store_vectors: bool = True,
         store_layers: bool = False,
         set_tensor: bool = False,
         vector_hooks: bool = True,
         train_cache_mb: float = 1024,
-        threads: Optional[int] = DEFAULT_THREADS,
-        batch_requests: bool = True,
-        batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS,
-        shared_batch_tokens: int = DEFAULT_SHARED_BATCH_TOKENS,
+        **bilm_settings: Any,
     ):
+        unknown = set(bilm_settings) - set(OWNER_SETTINGS)
+        if unknown:
+            raise ElmoSettingsError(
+                f"Elmo() takes the biLM settings {', '.join(OWNER_SETTINGS)}, not {', '.join(sorted(unknown))}: the "
+                f"others are the model's (spacy_elmo.ElmoBiLm.v2)"
+            )
         check_mix_spec(mix)
         check_cache_mb(train_cache_mb)
         install_extensions()
@@ -177,20 +165,13 @@ class Elmo(TrainablePipe):
         self.vector_hooks = vector_hooks
         self.layer_cache = LayerCache(int(train_cache_mb * 2**20))
         self._mix_weights: Optional[MixWeights] = None  # decided when the biLM's layers are known
-        self._configure(
-            frozen=frozen,
-            lang=vocab.lang,
-            threads=threads,
-            batch_requests=batch_requests,
-            batch_wait_ms=batch_wait_ms,
-            shared_batch_tokens=shared_batch_tokens,
-        )
+        self._configure(lang=vocab.lang, **bilm_settings)
 
     def _configure(self, **changes: Any) -> None:
         """Change the biLM's settings (the model holds them) and give ``replace_listeners`` what it needs."""
         configure_bilm_model(self.model, **changes)
         self.model.attrs["replace_listener"] = replace_listener
-        self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, settings_dict(self.model))
+        self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, self.settings)
 
     @property
     def settings(self) -> BiLmSettings:
@@ -465,9 +446,12 @@ class Elmo(TrainablePipe):
         return self
 
     def _load_model(self, data: bytes, source: str) -> None:
-        """Read the biLM from its saved bytes; if they are damaged, raise and leave the component as it was."""
+        """Read the biLM from its saved bytes (with the model's settings, on thinc's device); if they are damaged,
+        raise and leave the component as it was."""
         try:
             self.model.from_bytes(data)
+        except ElmoSettingsError:  # a device this machine lacks
+            raise
         except (ValueError, TypeError, KeyError) as err:  # includes ElmoWeightsError and ElmoOptionsError
             raise ElmoWeightsError(f"The saved ELMo biLM in {source} is damaged ({err}); save the pipeline again") from None
 
@@ -479,7 +463,7 @@ class Elmo(TrainablePipe):
         self._mix_weights = None
         self.layer_cache.clear()
         if is_loaded(self.model):
-            runtime_of(self.model)
+            set_bilm_dims(self.model)
             for listener in self.listeners:
                 self._set_listener_dims(listener)
 
