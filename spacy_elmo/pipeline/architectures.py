@@ -20,6 +20,7 @@ The settings are not saved with the model's bytes: a saved pipeline's config hol
 over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``) copies its shim, settings included,
 and keeps working on its own.
 """
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
@@ -28,12 +29,14 @@ from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats3d, FloatsXd
 
+from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from ..runtime.settings import DEFAULT_PIPELINE_CACHE_SIZE
 from ..util.windows import join_windows, windows_per_sequence
 from .config_types import CacheSize, ModelSource, TokenCount
 from .doc_windows import doc_windows, window_words
 from .elmo_shim import ElmoShim
+from .layer_cache import LayerCache
 
 ARCHITECTURE = "spacy_elmo.ElmoBiLm.v2"
 # The settings an ``ElmoBiLm.v2`` block takes (the rest of BiLmSettings is the owner's).
@@ -50,6 +53,9 @@ BILM_SETTINGS = (
 # The settings the owner of an ``ElmoBiLm.v2`` model gives it, as its own config keys (the ``elmo`` component's,
 # ``ElmoEmbedding.v2``'s); with ``lang`` (the pipeline's language) they complete its BiLmSettings.
 OWNER_SETTINGS = ("frozen", "threads", "batch_requests", "batch_wait_ms", "shared_batch_tokens")
+# The model attrs in which version 0.2 kept the settings, saved with the weights: a model read from bytes drops them.
+LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
+LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
 DEFAULTS = BiLmSettings()
 InitialState = Literal["auto", "zeros", "warm"]
@@ -82,7 +88,14 @@ def build_bilm_model_v2(
         float32 rounding.
     """
     settings = BiLmSettings(**locals())  # every parameter is a setting of the same name
-    return Model("elmo_bilm", forward, init=init, shims=[ElmoShim(settings)], dims={"nO": None, "nL": None})
+    return Model(
+        "elmo_bilm",
+        forward,
+        init=init,
+        shims=[ElmoShim(settings)],
+        dims={"nO": None, "nL": None},
+        attrs={LAYER_CACHE: LayerCache(0)},
+    )
 
 
 def _shim(model: Model) -> ElmoShim:
@@ -113,11 +126,48 @@ def owner_config(settings: BiLmSettings) -> Dict[str, Any]:
     return {key: getattr(settings, key) for key in (*OWNER_SETTINGS, "lang")}
 
 
+def layer_cache(model: Model) -> LayerCache:
+    """The model's store of training sentences' layers."""
+    return model.attrs[LAYER_CACHE]
+
+
+def set_layer_cache(model: Model, max_bytes: int) -> None:
+    """Give the model an empty store of training sentences' layers of ``max_bytes`` (0: none)."""
+    model.attrs[LAYER_CACHE] = LayerCache(max_bytes)
+
+
 def load_bilm_weights(model: Model) -> ElmoRuntime:
     """(Re)load the biLM from the files its settings name (none: the embedded model), on thinc's device."""
     runtime = _shim(model).load()
     set_bilm_dims(model)
     return runtime
+
+
+def load_bilm_bytes(model: Model, data: bytes, source: str) -> None:
+    """Read the biLM from its saved bytes (run with the model's settings, on thinc's device); if they are damaged,
+    raise, naming ``source``, and leave the model as it was. Cached layers of other weights go."""
+    try:
+        model.from_bytes(data)
+    except ElmoSettingsError:  # a device this machine lacks
+        raise
+    except (ValueError, TypeError, KeyError) as err:  # includes ElmoWeightsError and ElmoOptionsError
+        raise ElmoWeightsError(f"The saved ELMo biLM in {source} is damaged ({err}); save the pipeline again") from None
+    for key in LEGACY_SETTING_ATTRS:
+        model.attrs.pop(key, None)
+    layer_cache(model).clear()
+    if is_loaded(model):
+        set_bilm_dims(model)
+
+
+def load_bilm_file(model: Model, path: Path) -> None:
+    """:func:`load_bilm_bytes` of the file ``path`` (a saved pipeline's), which must exist."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ElmoWeightsError(
+            f"Cannot read the saved ELMo biLM {path} ({err.strerror}): the saved pipeline is incomplete; save it again"
+        ) from None
+    load_bilm_bytes(model, data, str(path))
 
 
 def is_loaded(model: Model) -> bool:
@@ -174,8 +224,28 @@ def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], 
     return outputs, backprop
 
 
+def _cached_layers(model: Model, docs: Sequence[Doc]) -> List[Floats3d]:
+    """Each Doc's layers, assembled from per-sentence layers kept in (or added to) the model's layer cache."""
+    runtime, cache = runtime_of(model), layer_cache(model)
+    windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
+    words = window_words(docs, windows)
+    found = [cache.get(tuple(w)) for w in words]
+    missing = [i for i, layers in enumerate(found) if layers is None]
+    for i, layers in zip(missing, runtime.layers([words[i] for i in missing])):
+        found[i] = layers
+        cache.add(tuple(words[i]), layers)
+    if not found:
+        options = runtime.options
+        return [model.ops.alloc3f(options.n_output_layers, 0, options.output_dim) for _ in docs]
+    return join_windows(windows, model.ops.xp.concatenate(found, axis=1), len(docs))
+
+
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
-    """Per Doc, all its layers: with autograd while a biLM that is not frozen trains, else computed by the runtime."""
-    if is_train and not bilm_settings(model).frozen:
+    """Per Doc, all its layers: with autograd while a biLM that is not frozen trains; else computed by the runtime,
+    in training from the layer cache where it can be (a frozen, stateless biLM is a function of the sentence)."""
+    settings = bilm_settings(model)
+    if is_train and not settings.frozen:
         return _trained_layers(model, docs)
+    if is_train and not settings.stateful and layer_cache(model).max_bytes > 0:
+        return _cached_layers(model, docs), frozen_backprop
     return [model.ops.asarray(x) for x in doc_layers(model, docs)], frozen_backprop

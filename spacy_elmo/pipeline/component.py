@@ -1,15 +1,13 @@
 """The ``elmo`` pipeline component: ELMo vectors on Docs, and biLM layers for listening components."""
 import functools
-import multiprocessing
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import srsly
 from spacy import util as spacy_util
-from spacy.language import Language, _apply_pipes
-from spacy.pipeline import Tok2Vec, TrainablePipe
-from spacy.pipeline.tok2vec import Tok2VecListener
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
@@ -17,11 +15,10 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
 from ..sources.download import resolve_model
-from ..errors import ElmoSettingsError, ElmoWeightsError
+from ..errors import ElmoSettingsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from .architectures import (
-    BILM_SETTINGS,
     DEFAULTS,
     OWNER_SETTINGS,
     bilm_settings,
@@ -29,25 +26,23 @@ from .architectures import (
     doc_layers,
     frozen_backprop,
     is_loaded,
+    layer_cache,
+    load_bilm_bytes,
+    load_bilm_file,
     load_bilm_weights,
     runtime_of,
-    set_bilm_dims,
+    set_layer_cache,
 )
 from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
-from .extensions import install_extensions, install_vector_hooks
+from .extensions import in_spacy_worker, install_extensions, install_vector_hooks, refuse_tensor_clash
 from .handoff import LayerHandoff
-from .layer_cache import LayerCache
 from .listener import batch_id, is_listener, listener_state, replace_listener, replace_listener_cfg, upstream_name
-from ..util.windows import join_windows
-from .doc_windows import doc_windows, window_words
 
 DEFAULT_MODEL_CONFIG = """
 [model]
 @architectures = "spacy_elmo.ElmoBiLm.v2"
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
-# The model attrs in which version 0.2 kept the settings, saved with the weights.
-LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
 
 
 class ElmoOutput(NamedTuple):
@@ -106,7 +101,7 @@ class Elmo(TrainablePipe):
     """Runs the biLM over each Doc's sentences (or windows) and shares the layers.
 
     The biLM and its settings (which files, start state, batching) are the ``model``
-    (``spacy_elmo.ElmoBiLm.v2``). The component's own biLM settings (``bilm_settings``: any of ``frozen``,
+    (``spacy_elmo.ElmoBiLm.v2``). The component's own biLM settings (``**bilm``: any of ``frozen``,
     ``threads``, ``batch_requests``, ``batch_wait_ms``, ``shared_batch_tokens``; their defaults are
     :class:`~spacy_elmo.runtime.BiLmSettings`') complete the model's: ``frozen``: keep the biLM's weights fixed (no
     backward pass through it); False fine-tunes it through the listeners' gradients.
@@ -141,9 +136,9 @@ class Elmo(TrainablePipe):
         set_tensor: bool = False,
         vector_hooks: bool = True,
         train_cache_mb: float = 1024,
-        **bilm_settings: Any,
+        **bilm: Any,
     ):
-        unknown = set(bilm_settings) - set(OWNER_SETTINGS)
+        unknown = set(bilm) - set(OWNER_SETTINGS)
         if unknown:
             raise ElmoSettingsError(
                 f"Elmo() takes the biLM settings {', '.join(OWNER_SETTINGS)}, not {', '.join(sorted(unknown))}: the "
@@ -163,9 +158,9 @@ class Elmo(TrainablePipe):
         self.store_layers = store_layers
         self.set_tensor = set_tensor
         self.vector_hooks = vector_hooks
-        self.layer_cache = LayerCache(int(train_cache_mb * 2**20))
+        set_layer_cache(model, int(train_cache_mb * 2**20))
         self._mix_weights: Optional[MixWeights] = None  # decided when the biLM's layers are known
-        self._configure(lang=vocab.lang, **bilm_settings)
+        self._configure(lang=vocab.lang, **bilm)
 
     def _configure(self, **changes: Any) -> None:
         """Change the biLM's settings (the model holds them) and give ``replace_listeners`` what it needs."""
@@ -289,7 +284,7 @@ class Elmo(TrainablePipe):
     def _installs_hooks(self) -> bool:
         """Hooks read the stored vectors; a worker of ``nlp.pipe(n_process > 1)`` sends its Docs back as bytes,
         which drop hooks (spaCy warns W109 for each worker), so it does not install them."""
-        return self.vector_hooks and self.store_vectors and not _in_spacy_worker()
+        return self.vector_hooks and self.store_vectors and not in_spacy_worker()
 
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (``stateful = true``)."""
@@ -323,10 +318,7 @@ class Elmo(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         if not self.listeners:
             return losses
-        if self._uses_layer_cache():
-            layers, backprop = self._cached_layers(docs), frozen_backprop
-        else:
-            layers, backprop = self.model.begin_update(docs)
+        layers, backprop = self.model.begin_update(docs)
         batch = batch_id(docs)
         if backprop is frozen_backprop:
             for listener in self.listeners:
@@ -352,25 +344,6 @@ class Elmo(TrainablePipe):
         listener_state(self.listeners[-1]).receive(batch, layers, backprop_all)
         return losses
 
-    def _uses_layer_cache(self) -> bool:
-        """A frozen, stateless biLM is a function of the sentence, so its layers can be kept."""
-        return self.frozen and not bilm_settings(self.model).stateful and self.layer_cache.max_bytes > 0
-
-    def _cached_layers(self, docs: List[Doc]) -> List[Floats3d]:
-        """Each Doc's layers, assembled from per-sentence layers kept in (or added to) the layer cache."""
-        runtime = self.runtime
-        windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
-        words = window_words(docs, windows)
-        found = [self.layer_cache.get(tuple(w)) for w in words]
-        missing = [i for i, layers in enumerate(found) if layers is None]
-        for i, layers in zip(missing, runtime.layers([words[i] for i in missing])):
-            found[i] = layers
-            self.layer_cache.add(tuple(words[i]), layers)
-        if not found:
-            options = runtime.options
-            return [self.model.ops.alloc3f(options.n_output_layers, 0, options.output_dim) for _ in docs]
-        return join_windows(windows, self.model.ops.xp.concatenate(found, axis=1), len(docs))
-
     def finish_update(self, sgd: Optimizer) -> None:
         """Update the biLM when fine-tuning; a frozen biLM is left alone."""
         if not self.frozen:
@@ -393,11 +366,11 @@ class Elmo(TrainablePipe):
         if options_file is not None or weight_file is not None:
             self._configure(options_file=options_file, weight_file=weight_file)
         if self.set_tensor and nlp is not None:
-            _refuse_tensor_clash(nlp, self.name)
+            refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
         self._mix_weights = None
         check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, self.runtime.options.n_output_layers)
-        self.layer_cache.clear()
+        layer_cache(self.model).clear()
         for listener in self.listeners:
             self._set_listener_dims(listener)
 
@@ -417,14 +390,14 @@ class Elmo(TrainablePipe):
             load_bilm_weights(self.model)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by :meth:`_load_model`.
+        """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by ``load_bilm_bytes``.
 
         (spaCy's version first checks that a subclass set ``vocab`` and ``model``; ``__init__`` always sets both.)
         """
         deserializers = {
             "cfg": lambda b: self.cfg.update(srsly.json_loads(b)),
             "vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude),
-            "model": lambda b: self._load_model(b, f"the serialized {self.name!r} component"),
+            "model": lambda b: load_bilm_bytes(self.model, b, f"the serialized {self.name!r} component"),
         }
         spacy_util.from_bytes(bytes_data, deserializers, exclude)
         self._after_load()
@@ -433,65 +406,14 @@ class Elmo(TrainablePipe):
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_disk(path, exclude=[*exclude, "model"])
         if "model" not in exclude:
-            model_file = Path(path) / "model"
-            try:
-                data = model_file.read_bytes()
-            except OSError as err:
-                raise ElmoWeightsError(
-                    f"Cannot read the saved ELMo biLM {model_file} ({err.strerror}): the saved pipeline is incomplete; "
-                    f"save it again"
-                ) from None
-            self._load_model(data, str(model_file))
+            load_bilm_file(self.model, Path(path) / "model")
         self._after_load()
         return self
 
-    def _load_model(self, data: bytes, source: str) -> None:
-        """Read the biLM from its saved bytes (with the model's settings, on thinc's device); if they are damaged,
-        raise and leave the component as it was."""
-        try:
-            self.model.from_bytes(data)
-        except ElmoSettingsError:  # a device this machine lacks
-            raise
-        except (ValueError, TypeError, KeyError) as err:  # includes ElmoWeightsError and ElmoOptionsError
-            raise ElmoWeightsError(f"The saved ELMo biLM in {source} is damaged ({err}); save the pipeline again") from None
-
     def _after_load(self) -> None:
-        """The loaded biLM runs with the config's settings (older versions saved theirs beside the weights: they
-        go); old cached layers go."""
-        for key in LEGACY_SETTING_ATTRS:
-            self.model.attrs.pop(key, None)
+        """The mix is decided again for the loaded biLM, whose size the listeners are told."""
         self._mix_weights = None
-        self.layer_cache.clear()
         if is_loaded(self.model):
-            set_bilm_dims(self.model)
             for listener in self.listeners:
                 self._set_listener_dims(listener)
 
-
-def _in_spacy_worker() -> bool:
-    """Whether this process is a worker of ``nlp.pipe(n_process=...)``: spaCy starts its workers with
-    ``spacy.language._apply_pipes`` as their target, which tells them from other child processes.
-
-    Private on both sides (spaCy's ``_apply_pipes``, ``multiprocessing.Process._target``): spaCy 3.8 tells a
-    component nothing about the process it runs in, and a worker looks like any child process otherwise. If
-    either changes, this is False in workers: they install similarity hooks that spaCy cannot send back (W109).
-    tests/robustness/test_processes.py fails then.
-    """
-    return getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes
-
-
-def _refuse_tensor_clash(nlp: Language, name: str) -> None:
-    """``set_tensor`` overwrites ``doc.tensor``, which the listeners of a ``tok2vec`` component read at prediction."""
-    tok2vecs = [other for other, pipe in nlp.pipeline if isinstance(pipe, Tok2Vec)]
-    for other, pipe in nlp.pipeline:
-        model = getattr(pipe, "model", None)
-        listens = isinstance(model, Model) and any(
-            isinstance(node, Tok2VecListener) and (node.upstream_name in tok2vecs or (node.upstream_name == "*" and tok2vecs))
-            for node in model.walk()
-        )
-        if listens:
-            raise ElmoSettingsError(
-                f"The {name!r} component has set_tensor = true, but {other!r} listens to a tok2vec component, which "
-                f"passes it its vectors through doc.tensor: {name!r} would overwrite them. Set set_tensor = false "
-                f"(Doc._.elmo holds the vectors), or give {other!r} its own tok2vec."
-            )
