@@ -15,10 +15,11 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
 from ..sources.download import resolve_model
-from ..errors import ElmoSettingsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from .architectures import (
+    ARCHITECTURE,
+    BILM_SETTINGS,
     DEFAULTS,
     OWNER_SETTINGS,
     bilm_settings,
@@ -33,7 +34,7 @@ from .architectures import (
     runtime_of,
     set_layer_cache,
 )
-from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
+from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting, unknown_setting_error
 from .extensions import in_spacy_worker, install_extensions, install_vector_hooks, refuse_tensor_clash
 from .handoff import LayerHandoff
 from .listener import batch_id, is_listener, listener_state, replace_listener, replace_listener_cfg, upstream_name
@@ -100,28 +101,15 @@ def make_elmo(
 class Elmo(TrainablePipe):
     """Runs the biLM over each Doc's sentences (or windows) and shares the layers.
 
-    The biLM and its settings (which files, start state, batching) are the ``model``
-    (``spacy_elmo.ElmoBiLm.v2``). The component's own biLM settings (``**bilm``: any of ``frozen``,
-    ``threads``, ``batch_requests``, ``batch_wait_ms``, ``shared_batch_tokens``; their defaults are
-    :class:`~spacy_elmo.runtime.BiLmSettings`') complete the model's: ``frozen``: keep the biLM's weights fixed (no
-    backward pass through it); False fine-tunes it through the listeners' gradients.
-
-    On Docs: ``mix`` (``"top"``, ``"average"`` or one weight per layer) gives ``Doc._.elmo``
-    when ``store_vectors``; ``store_layers`` keeps ``Doc._.elmo_layers``; ``set_tensor`` copies
-    the vectors to ``doc.tensor`` (refused in a pipeline whose ``tok2vec`` has listeners, which
-    read ``doc.tensor``); ``vector_hooks`` makes ``.vector`` / ``.similarity`` use the stored
-    vectors (not in the workers of ``nlp.pipe(n_process > 1)``, whose Docs spaCy returns without
-    hooks: ``with_vector_hooks`` puts them back). With all four off nothing is stored: listeners get the layers through the component's
-    :class:`LayerHandoff`, which releases each Doc's layers once every listener has read them.
-    ``train_cache_mb``: memory for layers of training sentences (frozen, stateless biLM only; 0
-    turns the cache off). ``threads``: torch CPU threads for the biLM (default 1; null keeps torch's own
-    setting), process-wide, set once, as for ``ElmoEmbedder``. ``batch_requests``: Docs of calls
-    from several threads (``nlp(text)`` in a web app) that arrive while the biLM is busy run through it together
-    when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: after a batch that merged several calls, how long
-    the next call finding it free may wait for as many calls to join (default 1; a lone caller never waits);
-    ``shared_batch_tokens``: padded tokens per biLM run while several calls wait, so that a long Doc is cut
-    into pieces that take turns with short ones (default 512). A stateful biLM runs one call at a time instead,
-    never merged.
+    The biLM and its settings (which files, start state, batching) are the ``model`` (``spacy_elmo.ElmoBiLm.v2``);
+    the component's own biLM settings (``**bilm``: :data:`~spacy_elmo.pipeline.architectures.OWNER_SETTINGS`,
+    ``frozen`` and how calls are served) complete them, with :class:`~spacy_elmo.runtime.BiLmSettings`' defaults.
+    The rest concerns Docs: ``mix`` gives ``Doc._.elmo`` when ``store_vectors``; ``store_layers`` keeps
+    ``Doc._.elmo_layers``; ``set_tensor`` copies the vectors to ``doc.tensor``; ``vector_hooks`` makes ``.vector`` /
+    ``.similarity`` read them (not in the workers of ``nlp.pipe(n_process > 1)``, whose Docs spaCy returns without
+    hooks); ``train_cache_mb`` bounds the layers kept of training sentences. docs/api.md ("The elmo factory")
+    describes each. With nothing stored, listeners get the layers through the component's :class:`LayerHandoff`,
+    which releases each Doc's layers once every listener has read them.
     """
 
     def __init__(
@@ -138,12 +126,10 @@ class Elmo(TrainablePipe):
         train_cache_mb: float = 1024,
         **bilm: Any,
     ):
-        unknown = set(bilm) - set(OWNER_SETTINGS)
-        if unknown:
-            raise ElmoSettingsError(
-                f"Elmo() takes the biLM settings {', '.join(OWNER_SETTINGS)}, not {', '.join(sorted(unknown))}: the "
-                f"others are the model's (spacy_elmo.ElmoBiLm.v2)"
-            )
+        for key in bilm:
+            if key not in OWNER_SETTINGS:
+                own = [setting for setting in Language.get_factory_meta("elmo").default_config if setting != "model"]
+                raise unknown_setting_error(key, name, own, BILM_SETTINGS, ARCHITECTURE)
         check_mix_spec(mix)
         check_cache_mb(train_cache_mb)
         install_extensions()

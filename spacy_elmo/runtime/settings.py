@@ -11,6 +11,7 @@ The defaults here are the only ones, but for the token cache's: a runtime keeps 
 (``spacy_elmo.ElmoBiLm.v2``) keeps :data:`DEFAULT_PIPELINE_CACHE_SIZE`, whose reasons are below.
 """
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -115,8 +116,9 @@ class BiLmSettings:
 
     def replace(self, **changes: Any) -> "BiLmSettings":
         """These settings with ``changes`` (checked); unknown names are an error naming the known ones."""
-        unknown = set(changes) - {field.name for field in dataclasses.fields(self)}
-        if unknown:
-            known = ", ".join(field.name for field in dataclasses.fields(self))
-            raise ElmoSettingsError(f"Unknown ELMo biLM settings {sorted(unknown)}; known: {known}")
+        known = [field.name for field in dataclasses.fields(self)]
+        for key in sorted(set(changes) - set(known)):
+            guess = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {guess[0]!r}?" if guess else f"known: {', '.join(known)}"
+            raise ElmoSettingsError(f"Unknown ELMo biLM setting {key!r}; {hint}")
         return dataclasses.replace(self, **changes)
