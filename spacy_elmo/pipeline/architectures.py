@@ -6,36 +6,39 @@ architectures hold their models' hyper-parameters: which files (both ``options_f
 LSTMs start (``initial_state``, ``stateful``), how much goes through the biLM at once
 (``max_batch_tokens``, ``max_sentence_tokens``), the precision of its products (``precision``) and
 how many token vectors it keeps (``cache_size``). spaCy's config validation checks their types and values;
-the block becomes one :class:`~spacy_elmo.runtime.BiLmSettings` (the model's ``elmo_settings`` attr), which
-the model's owner completes with what is its own (``frozen``, ``lang``, the component's thread and request
-settings) through :func:`configure_bilm_model`.
+the block becomes one :class:`~spacy_elmo.runtime.BiLmSettings`, owned by the model's :class:`ElmoShim`, which
+the model's owner completes with what is its own (:data:`OWNER_SETTINGS` and ``lang``) through
+:func:`configure_bilm_model`.
 
-The biLM itself is an :class:`~spacy_elmo.runtime.ElmoRuntime` in the model's :class:`ElmoShim`, loaded lazily:
+The biLM itself is an :class:`~spacy_elmo.runtime.ElmoRuntime` built by the shim from those settings, loaded lazily:
 by ``initialize()``, by ``from_bytes`` / ``from_disk``, or on the first call. Each Doc is cut into windows
 (``doc_windows.py``), and the windows of all Docs of a call go through the runtime together, batched by length
 under a cap on padded tokens. The output of a Doc is its windows' layers side by side, in an array of its own,
 ``(n_layers + 1, len(doc), 2 * projection_dim)``.
 
-The settings are not saved with the model's bytes (thinc leaves out attrs msgpack cannot write): a saved
-pipeline's config holds them, so the config always wins over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``) keeps working on its own.
+The settings are not saved with the model's bytes: a saved pipeline's config holds them, so the config always wins
+over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``) copies its shim, settings included,
+and keeps working on its own.
 """
-import dataclasses
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import ArgsKwargs, Model, get_torch_default_device, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats3d, FloatsXd
 
+from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
+from ..runtime.settings import DEFAULT_PIPELINE_CACHE_SIZE
 from ..util.windows import join_windows, windows_per_sequence
 from .config_types import CacheSize, ModelSource, TokenCount
 from .doc_windows import doc_windows, window_words
 from .elmo_shim import ElmoShim
+from .layer_cache import LayerCache
 
 ARCHITECTURE = "spacy_elmo.ElmoBiLm.v2"
-SETTINGS = "elmo_settings"  # the model attr holding its BiLmSettings
 # The settings an ``ElmoBiLm.v2`` block takes (the rest of BiLmSettings is the owner's).
 BILM_SETTINGS = (
     "options_file",
@@ -47,11 +50,14 @@ BILM_SETTINGS = (
     "precision",
     "cache_size",
 )
-# Token vectors kept by default: 10 MB for the 128-wide models (40 MB for `original`'s 512), more word types than
-# UD-EWT's whole training set holds (19,674); BENCHMARKS.md measures what the cache gains.
-DEFAULT_CACHE_SIZE = 20_000
+# The settings the owner of an ``ElmoBiLm.v2`` model gives it, as its own config keys (the ``elmo`` component's,
+# ``ElmoEmbedding.v2``'s); with ``lang`` (the pipeline's language) they complete its BiLmSettings.
+OWNER_SETTINGS = ("frozen", "threads", "batch_requests", "batch_wait_ms", "shared_batch_tokens")
+# The model attrs in which version 0.2 kept the settings, saved with the weights: a model read from bytes drops them.
+LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
+LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
-DEFAULTS = BiLmSettings()  # the runtime's defaults; the component's biLM keeps a token cache by default
+DEFAULTS = BiLmSettings()
 InitialState = Literal["auto", "zeros", "warm"]
 Precision = Literal["fp32", "bf16", "int8", "fp16"]
 
@@ -65,7 +71,7 @@ def build_bilm_model_v2(
     max_batch_tokens: TokenCount = DEFAULTS.max_batch_tokens,
     max_sentence_tokens: TokenCount = DEFAULTS.max_sentence_tokens,
     precision: Precision = DEFAULTS.precision,
-    cache_size: CacheSize = DEFAULT_CACHE_SIZE,
+    cache_size: CacheSize = DEFAULT_PIPELINE_CACHE_SIZE,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM network of the ``elmo`` component.
 
@@ -83,13 +89,22 @@ def build_bilm_model_v2(
     """
     settings = BiLmSettings(**locals())  # every parameter is a setting of the same name
     return Model(
-        "elmo_bilm", forward, init=init, shims=[ElmoShim()], dims={"nO": None, "nL": None}, attrs={SETTINGS: settings}
+        "elmo_bilm",
+        forward,
+        init=init,
+        shims=[ElmoShim(settings)],
+        dims={"nO": None, "nL": None},
+        attrs={LAYER_CACHE: LayerCache(0)},
     )
 
 
+def _shim(model: Model) -> ElmoShim:
+    return model.shims[0]
+
+
 def bilm_settings(model: Model) -> BiLmSettings:
-    """The model's settings as they stand."""
-    return model.attrs[SETTINGS]
+    """The model's settings as they stand (its shim's)."""
+    return _shim(model).settings
 
 
 def configure_bilm_model(model: Model, **changes: Any) -> None:
@@ -98,51 +113,79 @@ def configure_bilm_model(model: Model, **changes: Any) -> None:
     New files are read by :func:`load_bilm_weights` (``initialize``), not here: a loaded pipeline names the files it
     was trained from, which need not exist where it runs.
     """
-    settings = bilm_settings(model).replace(**changes)
-    model.attrs[SETTINGS] = settings
-    runtime = model.shims[0].runtime
-    if runtime is not None:
-        runtime.configure(settings)
+    _shim(model).configure(**changes)
 
 
-def bilm_config(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """The ``ElmoBiLm.v2`` config block of a model with ``settings`` (the fields of its BiLmSettings)."""
-    return {"@architectures": ARCHITECTURE, **{key: settings[key] for key in BILM_SETTINGS}}
+def bilm_config(settings: BiLmSettings) -> Dict[str, Any]:
+    """The ``ElmoBiLm.v2`` config block of a model with ``settings``."""
+    return {"@architectures": ARCHITECTURE, **{key: getattr(settings, key) for key in BILM_SETTINGS}}
 
 
-def settings_dict(model: Model) -> Dict[str, Any]:
-    """The model's settings as a plain dict (for configs)."""
-    return dataclasses.asdict(bilm_settings(model))
+def owner_config(settings: BiLmSettings) -> Dict[str, Any]:
+    """The owner's part of ``settings`` (:data:`OWNER_SETTINGS` and ``lang``), as config keys."""
+    return {key: getattr(settings, key) for key in (*OWNER_SETTINGS, "lang")}
+
+
+def layer_cache(model: Model) -> LayerCache:
+    """The model's store of training sentences' layers."""
+    return model.attrs[LAYER_CACHE]
+
+
+def set_layer_cache(model: Model, max_bytes: int) -> None:
+    """Give the model an empty store of training sentences' layers of ``max_bytes`` (0: none)."""
+    model.attrs[LAYER_CACHE] = LayerCache(max_bytes)
 
 
 def load_bilm_weights(model: Model) -> ElmoRuntime:
     """(Re)load the biLM from the files its settings name (none: the embedded model), on thinc's device."""
-    runtime = ElmoRuntime.load(bilm_settings(model), get_torch_default_device())
-    model.shims[0].set_runtime(runtime)
-    _set_dims(model, runtime)
+    runtime = _shim(model).load()
+    set_bilm_dims(model)
     return runtime
+
+
+def load_bilm_bytes(model: Model, data: bytes, source: str) -> None:
+    """Read the biLM from its saved bytes (run with the model's settings, on thinc's device); if they are damaged,
+    raise, naming ``source``, and leave the model as it was. Cached layers of other weights go."""
+    try:
+        model.from_bytes(data)
+    except ElmoSettingsError:  # a device this machine lacks
+        raise
+    except (ValueError, TypeError, KeyError) as err:  # includes ElmoWeightsError and ElmoOptionsError
+        raise ElmoWeightsError(f"The saved ELMo biLM in {source} is damaged ({err}); save the pipeline again") from None
+    for key in LEGACY_SETTING_ATTRS:
+        model.attrs.pop(key, None)
+    layer_cache(model).clear()
+    if is_loaded(model):
+        set_bilm_dims(model)
+
+
+def load_bilm_file(model: Model, path: Path) -> None:
+    """:func:`load_bilm_bytes` of the file ``path`` (a saved pipeline's), which must exist."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ElmoWeightsError(
+            f"Cannot read the saved ELMo biLM {path} ({err.strerror}): the saved pipeline is incomplete; save it again"
+        ) from None
+    load_bilm_bytes(model, data, str(path))
 
 
 def is_loaded(model: Model) -> bool:
     """Whether the model holds a biLM (it is loaded lazily)."""
-    return model.shims[0].runtime is not None
+    return _shim(model).runtime is not None
 
 
 def runtime_of(model: Model) -> ElmoRuntime:
-    """The model's runtime, loading the biLM first if needed; one loaded from bytes gets the model's settings."""
-    runtime = model.shims[0].runtime
-    if runtime is None:
-        return load_bilm_weights(model)
-    settings = bilm_settings(model)
-    if runtime.settings is not settings:
-        runtime.configure(settings)
-        _set_dims(model, runtime)
-    return runtime
+    """The model's runtime, loading the biLM first if needed."""
+    runtime = _shim(model).runtime
+    return load_bilm_weights(model) if runtime is None else runtime
 
 
-def _set_dims(model: Model, runtime: ElmoRuntime) -> None:
-    model.set_dim("nO", runtime.options.output_dim, force=True)
-    model.set_dim("nL", runtime.options.n_output_layers, force=True)
+def set_bilm_dims(model: Model) -> None:
+    """Set the model's dims (``nO`` width, ``nL`` layers) to its loaded biLM's."""
+    options = _shim(model).runtime.options
+    model.set_dim("nO", options.output_dim, force=True)
+    model.set_dim("nL", options.n_output_layers, force=True)
 
 
 def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[Any] = None) -> None:
@@ -181,8 +224,28 @@ def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], 
     return outputs, backprop
 
 
+def _cached_layers(model: Model, docs: Sequence[Doc]) -> List[Floats3d]:
+    """Each Doc's layers, assembled from per-sentence layers kept in (or added to) the model's layer cache."""
+    runtime, cache = runtime_of(model), layer_cache(model)
+    windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
+    words = window_words(docs, windows)
+    found = [cache.get(tuple(w)) for w in words]
+    missing = [i for i, layers in enumerate(found) if layers is None]
+    for i, layers in zip(missing, runtime.layers([words[i] for i in missing])):
+        found[i] = layers
+        cache.add(tuple(words[i]), layers)
+    if not found:
+        options = runtime.options
+        return [model.ops.alloc3f(options.n_output_layers, 0, options.output_dim) for _ in docs]
+    return join_windows(windows, model.ops.xp.concatenate(found, axis=1), len(docs))
+
+
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
-    """Per Doc, all its layers: with autograd while a biLM that is not frozen trains, else computed by the runtime."""
-    if is_train and not bilm_settings(model).frozen:
+    """Per Doc, all its layers: with autograd while a biLM that is not frozen trains; else computed by the runtime,
+    in training from the layer cache where it can be (a frozen, stateless biLM is a function of the sentence)."""
+    settings = bilm_settings(model)
+    if is_train and not settings.frozen:
         return _trained_layers(model, docs)
+    if is_train and not settings.stateful and layer_cache(model).max_bytes > 0:
+        return _cached_layers(model, docs), frozen_backprop
     return [model.ops.asarray(x) for x in doc_layers(model, docs)], frozen_backprop

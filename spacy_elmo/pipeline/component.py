@@ -1,15 +1,13 @@
 """The ``elmo`` pipeline component: ELMo vectors on Docs, and biLM layers for listening components."""
 import functools
-import multiprocessing
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import srsly
 from spacy import util as spacy_util
-from spacy.language import Language, _apply_pipes
-from spacy.pipeline import Tok2Vec, TrainablePipe
-from spacy.pipeline.tok2vec import Tok2VecListener
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
@@ -17,36 +15,35 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
 from ..sources.download import resolve_model
-from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
-from ..runtime.settings import DEFAULT_BATCH_WAIT_MS, DEFAULT_SHARED_BATCH_TOKENS, DEFAULT_THREADS
 from .architectures import (
+    ARCHITECTURE,
     BILM_SETTINGS,
+    DEFAULTS,
+    OWNER_SETTINGS,
     bilm_settings,
     configure_bilm_model,
     doc_layers,
     frozen_backprop,
     is_loaded,
+    layer_cache,
+    load_bilm_bytes,
+    load_bilm_file,
     load_bilm_weights,
     runtime_of,
-    settings_dict,
+    set_layer_cache,
 )
-from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
-from .extensions import install_extensions, install_vector_hooks
+from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting, unknown_setting_error
+from .extensions import in_spacy_worker, install_extensions, install_vector_hooks, refuse_tensor_clash
 from .handoff import LayerHandoff
-from .layer_cache import LayerCache
 from .listener import batch_id, is_listener, listener_state, replace_listener, replace_listener_cfg, upstream_name
-from ..util.windows import join_windows
-from .doc_windows import doc_windows, window_words
 
 DEFAULT_MODEL_CONFIG = """
 [model]
 @architectures = "spacy_elmo.ElmoBiLm.v2"
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
-# The model attrs in which version 0.2 kept the settings, saved with the weights.
-LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
 
 
 class ElmoOutput(NamedTuple):
@@ -61,30 +58,26 @@ class ElmoOutput(NamedTuple):
     assigns=["doc._.elmo", "doc._.elmo_layers"],
     default_config={
         "model": DEFAULT_MODEL,
-        "frozen": True,
         "mix": DEFAULT_MIX,
         "store_vectors": True,
         "store_layers": False,
         "set_tensor": False,
         "vector_hooks": True,
         "train_cache_mb": 1024,
-        "threads": DEFAULT_THREADS,
-        "batch_requests": True,
-        "batch_wait_ms": DEFAULT_BATCH_WAIT_MS,
-        "shared_batch_tokens": DEFAULT_SHARED_BATCH_TOKENS,
+        **{key: getattr(DEFAULTS, key) for key in OWNER_SETTINGS},
     },
 )
 def make_elmo(
     nlp: Language,
     name: str,
     model: Union[ModelName, Model[List[Doc], List[Floats3d]]],
-    frozen: bool,
     mix: Mix,
     store_vectors: bool,
     store_layers: bool,
     set_tensor: bool,
     vector_hooks: bool,
     train_cache_mb: CacheMegabytes,
+    frozen: bool,
     threads: Optional[Threads],
     batch_requests: bool,
     batch_wait_ms: WaitMilliseconds,
@@ -96,51 +89,27 @@ def make_elmo(
     published model (``config={"model": "original"}``, ``python -m spacy_elmo list``): the default
     architecture with that model's files.
     """
+    settings = dict(locals())  # every setting is a parameter of the same name, passed on as it is
+    del settings["nlp"], settings["name"], settings["model"]
     if isinstance(model, str):
         options_file, weight_file = resolve_model(model)
         model = spacy_util.registry.resolve({"model": DEFAULT_MODEL})["model"]
         configure_bilm_model(model, options_file=options_file, weight_file=weight_file)
-    return Elmo(
-        nlp.vocab,
-        model,
-        name,
-        frozen=frozen,
-        mix=mix,
-        store_vectors=store_vectors,
-        store_layers=store_layers,
-        set_tensor=set_tensor,
-        vector_hooks=vector_hooks,
-        train_cache_mb=train_cache_mb,
-        threads=threads,
-        batch_requests=batch_requests,
-        batch_wait_ms=batch_wait_ms,
-        shared_batch_tokens=shared_batch_tokens,
-    )
+    return Elmo(nlp.vocab, model, name, **settings)
 
 
 class Elmo(TrainablePipe):
     """Runs the biLM over each Doc's sentences (or windows) and shares the layers.
 
-    The biLM and its settings (which files, start state, batching) are the ``model``
-    (``spacy_elmo.ElmoBiLm.v2``). ``frozen``: keep the biLM's weights fixed (no backward pass
-    through it); False fine-tunes it through the listeners' gradients.
-
-    On Docs: ``mix`` (``"top"``, ``"average"`` or one weight per layer) gives ``Doc._.elmo``
-    when ``store_vectors``; ``store_layers`` keeps ``Doc._.elmo_layers``; ``set_tensor`` copies
-    the vectors to ``doc.tensor`` (refused in a pipeline whose ``tok2vec`` has listeners, which
-    read ``doc.tensor``); ``vector_hooks`` makes ``.vector`` / ``.similarity`` use the stored
-    vectors (not in the workers of ``nlp.pipe(n_process > 1)``, whose Docs spaCy returns without
-    hooks: ``with_vector_hooks`` puts them back). With all four off nothing is stored: listeners get the layers through the component's
-    :class:`LayerHandoff`, which releases each Doc's layers once every listener has read them.
-    ``train_cache_mb``: memory for layers of training sentences (frozen, stateless biLM only; 0
-    turns the cache off). ``threads``: torch CPU threads for the biLM (default 1; null keeps torch's own
-    setting), process-wide, set once, as for ``ElmoEmbedder``. ``batch_requests``: Docs of calls
-    from several threads (``nlp(text)`` in a web app) that arrive while the biLM is busy run through it together
-    when it is free, as for ``ElmoEmbedder``; ``batch_wait_ms``: after a batch that merged several calls, how long
-    the next call finding it free may wait for as many calls to join (default 1; a lone caller never waits);
-    ``shared_batch_tokens``: padded tokens per biLM run while several calls wait, so that a long Doc is cut
-    into pieces that take turns with short ones (default 512). A stateful biLM runs one call at a time instead,
-    never merged.
+    The biLM and its settings (which files, start state, batching) are the ``model`` (``spacy_elmo.ElmoBiLm.v2``);
+    the component's own biLM settings (``**bilm``: :data:`~spacy_elmo.pipeline.architectures.OWNER_SETTINGS`,
+    ``frozen`` and how calls are served) complete them, with :class:`~spacy_elmo.runtime.BiLmSettings`' defaults.
+    The rest concerns Docs: ``mix`` gives ``Doc._.elmo`` when ``store_vectors``; ``store_layers`` keeps
+    ``Doc._.elmo_layers``; ``set_tensor`` copies the vectors to ``doc.tensor``; ``vector_hooks`` makes ``.vector`` /
+    ``.similarity`` read them (not in the workers of ``nlp.pipe(n_process > 1)``, whose Docs spaCy returns without
+    hooks); ``train_cache_mb`` bounds the layers kept of training sentences. docs/api.md ("The elmo factory")
+    describes each. With nothing stored, listeners get the layers through the component's :class:`LayerHandoff`,
+    which releases each Doc's layers once every listener has read them.
     """
 
     def __init__(
@@ -149,18 +118,18 @@ class Elmo(TrainablePipe):
         model: Model[List[Doc], List[Floats3d]],
         name: str = "elmo",
         *,
-        frozen: bool = True,
         mix: MixSpec = DEFAULT_MIX,
         store_vectors: bool = True,
         store_layers: bool = False,
         set_tensor: bool = False,
         vector_hooks: bool = True,
         train_cache_mb: float = 1024,
-        threads: Optional[int] = DEFAULT_THREADS,
-        batch_requests: bool = True,
-        batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS,
-        shared_batch_tokens: int = DEFAULT_SHARED_BATCH_TOKENS,
+        **bilm: Any,
     ):
+        for key in bilm:
+            if key not in OWNER_SETTINGS:
+                own = [setting for setting in Language.get_factory_meta("elmo").default_config if setting != "model"]
+                raise unknown_setting_error(key, name, own, BILM_SETTINGS, ARCHITECTURE)
         check_mix_spec(mix)
         check_cache_mb(train_cache_mb)
         install_extensions()
@@ -175,22 +144,15 @@ class Elmo(TrainablePipe):
         self.store_layers = store_layers
         self.set_tensor = set_tensor
         self.vector_hooks = vector_hooks
-        self.layer_cache = LayerCache(int(train_cache_mb * 2**20))
+        set_layer_cache(model, int(train_cache_mb * 2**20))
         self._mix_weights: Optional[MixWeights] = None  # decided when the biLM's layers are known
-        self._configure(
-            frozen=frozen,
-            lang=vocab.lang,
-            threads=threads,
-            batch_requests=batch_requests,
-            batch_wait_ms=batch_wait_ms,
-            shared_batch_tokens=shared_batch_tokens,
-        )
+        self._configure(lang=vocab.lang, **bilm)
 
     def _configure(self, **changes: Any) -> None:
         """Change the biLM's settings (the model holds them) and give ``replace_listeners`` what it needs."""
         configure_bilm_model(self.model, **changes)
         self.model.attrs["replace_listener"] = replace_listener
-        self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, settings_dict(self.model))
+        self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, self.settings)
 
     @property
     def settings(self) -> BiLmSettings:
@@ -308,7 +270,7 @@ class Elmo(TrainablePipe):
     def _installs_hooks(self) -> bool:
         """Hooks read the stored vectors; a worker of ``nlp.pipe(n_process > 1)`` sends its Docs back as bytes,
         which drop hooks (spaCy warns W109 for each worker), so it does not install them."""
-        return self.vector_hooks and self.store_vectors and not _in_spacy_worker()
+        return self.vector_hooks and self.store_vectors and not in_spacy_worker()
 
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (``stateful = true``)."""
@@ -342,10 +304,7 @@ class Elmo(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         if not self.listeners:
             return losses
-        if self._uses_layer_cache():
-            layers, backprop = self._cached_layers(docs), frozen_backprop
-        else:
-            layers, backprop = self.model.begin_update(docs)
+        layers, backprop = self.model.begin_update(docs)
         batch = batch_id(docs)
         if backprop is frozen_backprop:
             for listener in self.listeners:
@@ -371,25 +330,6 @@ class Elmo(TrainablePipe):
         listener_state(self.listeners[-1]).receive(batch, layers, backprop_all)
         return losses
 
-    def _uses_layer_cache(self) -> bool:
-        """A frozen, stateless biLM is a function of the sentence, so its layers can be kept."""
-        return self.frozen and not bilm_settings(self.model).stateful and self.layer_cache.max_bytes > 0
-
-    def _cached_layers(self, docs: List[Doc]) -> List[Floats3d]:
-        """Each Doc's layers, assembled from per-sentence layers kept in (or added to) the layer cache."""
-        runtime = self.runtime
-        windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
-        words = window_words(docs, windows)
-        found = [self.layer_cache.get(tuple(w)) for w in words]
-        missing = [i for i, layers in enumerate(found) if layers is None]
-        for i, layers in zip(missing, runtime.layers([words[i] for i in missing])):
-            found[i] = layers
-            self.layer_cache.add(tuple(words[i]), layers)
-        if not found:
-            options = runtime.options
-            return [self.model.ops.alloc3f(options.n_output_layers, 0, options.output_dim) for _ in docs]
-        return join_windows(windows, self.model.ops.xp.concatenate(found, axis=1), len(docs))
-
     def finish_update(self, sgd: Optimizer) -> None:
         """Update the biLM when fine-tuning; a frozen biLM is left alone."""
         if not self.frozen:
@@ -412,11 +352,11 @@ class Elmo(TrainablePipe):
         if options_file is not None or weight_file is not None:
             self._configure(options_file=options_file, weight_file=weight_file)
         if self.set_tensor and nlp is not None:
-            _refuse_tensor_clash(nlp, self.name)
+            refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
         self._mix_weights = None
         check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, self.runtime.options.n_output_layers)
-        self.layer_cache.clear()
+        layer_cache(self.model).clear()
         for listener in self.listeners:
             self._set_listener_dims(listener)
 
@@ -436,14 +376,14 @@ class Elmo(TrainablePipe):
             load_bilm_weights(self.model)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by :meth:`_load_model`.
+        """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by ``load_bilm_bytes``.
 
         (spaCy's version first checks that a subclass set ``vocab`` and ``model``; ``__init__`` always sets both.)
         """
         deserializers = {
             "cfg": lambda b: self.cfg.update(srsly.json_loads(b)),
             "vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude),
-            "model": lambda b: self._load_model(b, f"the serialized {self.name!r} component"),
+            "model": lambda b: load_bilm_bytes(self.model, b, f"the serialized {self.name!r} component"),
         }
         spacy_util.from_bytes(bytes_data, deserializers, exclude)
         self._after_load()
@@ -452,62 +392,14 @@ class Elmo(TrainablePipe):
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_disk(path, exclude=[*exclude, "model"])
         if "model" not in exclude:
-            model_file = Path(path) / "model"
-            try:
-                data = model_file.read_bytes()
-            except OSError as err:
-                raise ElmoWeightsError(
-                    f"Cannot read the saved ELMo biLM {model_file} ({err.strerror}): the saved pipeline is incomplete; "
-                    f"save it again"
-                ) from None
-            self._load_model(data, str(model_file))
+            load_bilm_file(self.model, Path(path) / "model")
         self._after_load()
         return self
 
-    def _load_model(self, data: bytes, source: str) -> None:
-        """Read the biLM from its saved bytes; if they are damaged, raise and leave the component as it was."""
-        try:
-            self.model.from_bytes(data)
-        except (ValueError, TypeError, KeyError) as err:  # includes ElmoWeightsError and ElmoOptionsError
-            raise ElmoWeightsError(f"The saved ELMo biLM in {source} is damaged ({err}); save the pipeline again") from None
-
     def _after_load(self) -> None:
-        """The loaded biLM runs with the config's settings (older versions saved theirs beside the weights: they
-        go); old cached layers go."""
-        for key in LEGACY_SETTING_ATTRS:
-            self.model.attrs.pop(key, None)
+        """The mix is decided again for the loaded biLM, whose size the listeners are told."""
         self._mix_weights = None
-        self.layer_cache.clear()
         if is_loaded(self.model):
-            runtime_of(self.model)
             for listener in self.listeners:
                 self._set_listener_dims(listener)
 
-
-def _in_spacy_worker() -> bool:
-    """Whether this process is a worker of ``nlp.pipe(n_process=...)``: spaCy starts its workers with
-    ``spacy.language._apply_pipes`` as their target, which tells them from other child processes.
-
-    Private on both sides (spaCy's ``_apply_pipes``, ``multiprocessing.Process._target``): spaCy 3.8 tells a
-    component nothing about the process it runs in, and a worker looks like any child process otherwise. If
-    either changes, this is False in workers: they install similarity hooks that spaCy cannot send back (W109).
-    tests/robustness/test_processes.py fails then.
-    """
-    return getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes
-
-
-def _refuse_tensor_clash(nlp: Language, name: str) -> None:
-    """``set_tensor`` overwrites ``doc.tensor``, which the listeners of a ``tok2vec`` component read at prediction."""
-    tok2vecs = [other for other, pipe in nlp.pipeline if isinstance(pipe, Tok2Vec)]
-    for other, pipe in nlp.pipeline:
-        model = getattr(pipe, "model", None)
-        listens = isinstance(model, Model) and any(
-            isinstance(node, Tok2VecListener) and (node.upstream_name in tok2vecs or (node.upstream_name == "*" and tok2vecs))
-            for node in model.walk()
-        )
-        if listens:
-            raise ElmoSettingsError(
-                f"The {name!r} component has set_tensor = true, but {other!r} listens to a tok2vec component, which "
-                f"passes it its vectors through doc.tensor: {name!r} would overwrite them. Set set_tensor = false "
-                f"(Doc._.elmo holds the vectors), or give {other!r} its own tok2vec."
-            )

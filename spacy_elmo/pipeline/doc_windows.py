@@ -1,5 +1,5 @@
 """Docs cut into biLM inputs: their sentences when they have sentence boundaries, else the whole Doc, and anything
-longer than ``max_tokens`` into consecutive windows (:mod:`spacy_elmo.util.windows`)."""
+longer than ``max_sentence_tokens`` (the biLM's longest input) into consecutive windows (:mod:`spacy_elmo.util.windows`)."""
 from typing import List, Sequence, Tuple
 
 from spacy.tokens import Doc
@@ -7,9 +7,9 @@ from spacy.tokens import Doc
 from ..util.windows import Window, cut_windows, window_tokens
 
 
-def doc_windows(docs: Sequence[Doc], max_tokens: int) -> List[Window]:
+def doc_windows(docs: Sequence[Doc], max_sentence_tokens: int) -> List[Window]:
     """The windows of each Doc's sentences (of the whole Doc without sentence boundaries), Doc after Doc."""
-    return cut_windows([_sentence_spans(doc) for doc in docs], max_tokens)
+    return cut_windows([_sentence_spans(doc) for doc in docs], max_sentence_tokens)
 
 
 def _sentence_spans(doc: Doc) -> List[Tuple[int, int]]:

@@ -1,8 +1,9 @@
-"""The thinc shim that holds the biLM of the ``elmo`` component: saved as JSON options and hdf5 weights, never pickled."""
+"""The thinc shim that holds the biLM of the ``elmo`` component and its settings: the biLM saved as JSON options and
+hdf5 weights, never pickled; the settings never saved (the config holds them)."""
 import contextlib
 import hashlib
 import json
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import srsly
 from thinc.api import PyTorchShim, get_torch_default_device
@@ -12,30 +13,46 @@ from ..model.encoder import ElmoEncoder
 from ..model.batch_encoder import BatchEncoder
 from ..model.options import ElmoOptions
 from ..runtime import BiLmSettings, ElmoRuntime
+from ..runtime.devices import check_device
 from ..formats.weights import bilm_from_bytes, storage_dtype, weights_to_bytes
 
 
 class ElmoShim(PyTorchShim):
-    """Holds the biLM's :class:`ElmoRuntime` (or nothing before the weights are loaded); thinc sees its module.
+    """Holds the biLM's :class:`BiLmSettings` and, once the weights are loaded, the :class:`ElmoRuntime` built from
+    them; thinc sees its module.
+
+    The settings are the one copy: every runtime of the shim is built from them (from files by :meth:`load`, from
+    saved bytes by :meth:`from_bytes`), and :meth:`configure` changes them and the loaded runtime together.
 
     Serialized as msgpack ``{"options": options.json text, "weights": hdf5 bytes, "sha256": of both}``; no pickle.
     The weights keep the dtype of the file they came from (:func:`~spacy_elmo.formats.weights.storage_dtype`): the
     embedded float16 models save at half the float32 size, and a fine-tuned biLM saves as float32.
-    Loading puts the biLM on thinc's current device, so a pipeline saved on GPU loads on CPU. A runtime read from
-    bytes runs with default settings until the model gives it its own (on first use).
+    Loading puts the biLM on thinc's current device (checked first), so a pipeline saved on GPU loads on CPU.
     """
 
-    def __init__(self, runtime: Optional[ElmoRuntime] = None):
-        super().__init__(None if runtime is None else runtime.batches)
-        self.runtime = runtime
+    def __init__(self, settings: BiLmSettings):
+        super().__init__(None)
+        self.settings = settings
+        self.runtime: Optional[ElmoRuntime] = None
 
     @property
     def module(self) -> Optional[BatchEncoder]:
         return self._model
 
-    def set_runtime(self, runtime: ElmoRuntime) -> None:
+    def configure(self, **changes: Any) -> None:
+        """Change some settings (checked); a loaded biLM applies what changed at once."""
+        self.settings = self.settings.replace(**changes)
+        if self.runtime is not None:
+            self.runtime.configure(self.settings)
+
+    def load(self) -> ElmoRuntime:
+        """(Re)load the biLM from the files the settings name (none: the embedded model), on thinc's device."""
+        return self._set_runtime(ElmoRuntime.load(self.settings, get_torch_default_device()))
+
+    def _set_runtime(self, runtime: ElmoRuntime) -> ElmoRuntime:
         self.runtime = runtime
         self._model = runtime.batches
+        return runtime
 
     @property
     def device(self):
@@ -83,8 +100,8 @@ class ElmoShim(PyTorchShim):
             if not (isinstance(text, str) and isinstance(weights, bytes) and record.get("sha256") == _sha256(text, weights)):
                 raise ElmoWeightsError("its options and hdf5 weights fail their SHA-256 check")
             options = ElmoOptions.from_dict(json.loads(text), source="serialized ELMo options")
-            encoder = ElmoEncoder(bilm_from_bytes(options, weights)).to(get_torch_default_device())
-            self.set_runtime(ElmoRuntime(encoder, BiLmSettings()))
+            device = check_device(str(get_torch_default_device()))
+            self._set_runtime(ElmoRuntime(ElmoEncoder(bilm_from_bytes(options, weights)).to(device), self.settings))
         return self
 
 

@@ -13,15 +13,22 @@ The similarity hooks (``vector_hooks``, on by default) make spaCy's ``.vector`` 
 back from the ``Doc._.elmo`` those keep. ``doc.tensor`` is no substitute: spaCy's own ``Token.similarity`` is
 1.0 for two uses of the same word whatever their vectors, and ``DocBin`` does not keep the tensor.
 
-The layers listening components read are not kept on the Doc (see ``handoff.py``).
+The layers listening components read are not kept on the Doc (see ``handoff.py``). ``set_tensor`` copies the vectors
+to ``doc.tensor``, which :func:`refuse_tensor_clash` keeps from a pipeline whose ``tok2vec`` passes its vectors
+there.
 """
+import multiprocessing
 from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
+from spacy.language import Language, _apply_pipes
+from spacy.pipeline import Tok2Vec
+from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.tokens import Doc, Span, Token
+from thinc.api import Model
 from thinc.types import Floats1d
 
-from ..errors import ElmoPipelineError
+from ..errors import ElmoPipelineError, ElmoSettingsError
 
 
 def install_extensions() -> None:
@@ -107,3 +114,32 @@ def with_vector_hooks(docs: Iterable[Doc]) -> Iterable[Doc]:
             install_vector_hooks(doc)
         return docs
     return (install_vector_hooks(doc) for doc in docs)
+
+
+def in_spacy_worker() -> bool:
+    """Whether this process is a worker of ``nlp.pipe(n_process=...)``: spaCy starts its workers with
+    ``spacy.language._apply_pipes`` as their target, which tells them from other child processes.
+
+    Private on both sides (spaCy's ``_apply_pipes``, ``multiprocessing.Process._target``): spaCy 3.8 tells a
+    component nothing about the process it runs in, and a worker looks like any child process otherwise. If
+    either changes, this is False in workers: they install similarity hooks that spaCy cannot send back (W109).
+    tests/robustness/test_processes.py fails then.
+    """
+    return getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes
+
+
+def refuse_tensor_clash(nlp: Language, name: str) -> None:
+    """``set_tensor`` overwrites ``doc.tensor``, which the listeners of a ``tok2vec`` component read at prediction."""
+    tok2vecs = [other for other, pipe in nlp.pipeline if isinstance(pipe, Tok2Vec)]
+    for other, pipe in nlp.pipeline:
+        model = getattr(pipe, "model", None)
+        listens = isinstance(model, Model) and any(
+            isinstance(node, Tok2VecListener) and (node.upstream_name in tok2vecs or (node.upstream_name == "*" and tok2vecs))
+            for node in model.walk()
+        )
+        if listens:
+            raise ElmoSettingsError(
+                f"The {name!r} component has set_tensor = true, but {other!r} listens to a tok2vec component, which "
+                f"passes it its vectors through doc.tensor: {name!r} would overwrite them. Set set_tensor = false "
+                f"(Doc._.elmo holds the vectors), or give {other!r} its own tok2vec."
+            )

@@ -4,8 +4,12 @@ A frozen biLM that starts every sentence from the same state is a pure function 
 sentence, so its layers can be kept. The store fills until its byte budget is spent and then
 takes nothing more: training revisits sentences in cycles, where least-recently-used
 eviction would throw out every sentence just before it comes back.
+
+The store is the biLM model's (an attr, see ``architectures.py``), sized by the ``elmo`` component's
+``train_cache_mb``. It is never saved (thinc leaves out attrs msgpack cannot write), and a copy of the model (``Model.copy``, ``copy.deepcopy``) starts with an
+empty store of the same budget.
 """
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from thinc.types import FloatsXd
 
@@ -44,3 +48,7 @@ class LayerCache:
     def clear(self) -> None:
         self._store.clear()
         self.nbytes = self.hits = self.misses = 0
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "LayerCache":
+        return LayerCache(self.max_bytes)
+

@@ -19,7 +19,7 @@ spaCy links the pipeline (``nlp.add_pipe``, ``initialize``, ``spacy.load``...) o
 ``find_listeners`` is given the component that now holds the copy.
 
 ``nlp.replace_listeners`` swaps the listener layer for a copy of the component's biLM model; the
-config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings.
+config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings and the biLM's settings as they stand.
 """
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -30,9 +30,9 @@ from thinc.api import Model, concatenate, deserialize_attr, serialize_attr
 from thinc.types import Floats2d, Floats3d
 
 from ..errors import ElmoPipelineError
-from ..sources.resolve import DEFAULT_LANG
-from .architectures import bilm_config, configure_bilm_model, frozen_backprop
-from .config_types import DropoutRate, Penalty, config_error
+from ..runtime import BiLmSettings
+from .architectures import DEFAULTS, OWNER_SETTINGS, bilm_config, configure_bilm_model, frozen_backprop, owner_config
+from .config_types import DropoutRate, Penalty, Threads, TokenCount, WaitMilliseconds, config_error
 from .handoff import LayerHandoff
 from .scalar_mix import build_scalar_mix
 
@@ -226,20 +226,26 @@ def build_elmo_listener(
 @registry.architectures("spacy_elmo.ElmoEmbedding.v2")
 def build_elmo_embedding_v2(
     bilm: Model[List[Doc], List[Floats3d]],
-    frozen: bool = True,
-    lang: str = DEFAULT_LANG,
+    frozen: bool = DEFAULTS.frozen,
+    lang: str = DEFAULTS.lang,
     layer_norm: bool = False,
     dropout: DropoutRate = 0.0,
     l2: Penalty = 0.0,
     embed: Optional[TokVecModel] = None,
+    threads: Optional[Threads] = DEFAULTS.threads,
+    batch_requests: bool = DEFAULTS.batch_requests,
+    batch_wait_ms: WaitMilliseconds = DEFAULTS.batch_wait_ms,
+    shared_batch_tokens: TokenCount = DEFAULTS.shared_batch_tokens,
 ) -> TokVecModel:
     """A component's own biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
 
     bilm: the biLM model (``spacy_elmo.ElmoBiLm.v2``). frozen: keep its weights fixed. lang: the
-    pipeline's language, whose embedded model is used when ``bilm`` names no files. The rest as
-    in ``ElmoListener.v1``.
+    pipeline's language, whose embedded model is used when ``bilm`` names no files. threads, batch_requests,
+    batch_wait_ms, shared_batch_tokens: how the biLM serves calls, as for the ``elmo`` component whose biLM this
+    was. The rest as in ``ElmoListener.v1``.
     """
-    configure_bilm_model(bilm, frozen=frozen, lang=lang)
+    arguments = locals()  # the owner's settings are parameters of the same name
+    configure_bilm_model(bilm, **{key: arguments[key] for key in (*OWNER_SETTINGS, "lang")})
     return _mix_head(bilm, layer_norm, dropout, l2, embed)
 
 
@@ -249,12 +255,13 @@ def replace_listener(bilm_copy: Model, listener: Model, pipe: Any) -> Model:
 
 
 def replace_listener_cfg(
-    settings: Dict[str, Any], component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]
+    settings: BiLmSettings, component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]
 ) -> Dict:
     """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` block as ``ElmoEmbedding.v2``.
 
-    ``settings`` are the component's biLM model's settings as they stand (bound with
-    ``functools.partial``), so a path given to ``initialize`` reaches the new block's ``bilm``.
+    ``settings`` are the component's biLM model's settings as they stand (bound with ``functools.partial`` whenever
+    the component changes them), so a path given to ``initialize`` reaches the new block's ``bilm``, and the
+    component's own settings (``frozen``, ``threads``...) the new block's.
     """
     if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
         raise ElmoPipelineError(
@@ -265,8 +272,7 @@ def replace_listener_cfg(
         {
             "@architectures": "spacy_elmo.ElmoEmbedding.v2",
             "bilm": bilm_config(settings),
-            "frozen": settings["frozen"],
-            "lang": settings["lang"],
+            **owner_config(settings),
         }
     )
     return new_cfg

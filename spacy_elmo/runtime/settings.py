@@ -1,11 +1,17 @@
 """The settings of a running biLM, as one frozen value checked once, when it is made.
 
 :class:`BiLmSettings` is what every entry point gives the runtime: ``ElmoEmbedder``'s arguments, the ``elmo``
-component's config (its ``spacy_elmo.ElmoBiLm.v2`` block and its own ``threads`` / ``batch_requests`` /
-``batch_wait_ms``) and the ``embed`` command's options all become one of these. A changed setting is a new value
-(:meth:`BiLmSettings.replace`), which the runtime compares with the one it runs to apply only what changed.
+component's config (its ``spacy_elmo.ElmoBiLm.v2`` block and its own ``frozen`` / ``threads`` / ``batch_requests``
+/ ``batch_wait_ms`` / ``shared_batch_tokens``) and the ``embed`` command's options all become one of these. A changed
+setting is a new value (:meth:`BiLmSettings.replace`), which the runtime compares with the one it runs to apply only
+what changed.
+
+The defaults here are the only ones, but for the token cache's: a runtime keeps none unless asked
+(``cache_size`` 0: ``ElmoEmbedder`` and ``embed`` compute every token's vector), while the spaCy pipeline's biLM
+(``spacy_elmo.ElmoBiLm.v2``) keeps :data:`DEFAULT_PIPELINE_CACHE_SIZE`, whose reasons are below.
 """
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -27,6 +33,9 @@ DEFAULT_BATCH_WAIT_MS = 1.0
 # A biLM run shared by several calls: about 20 sentences, short enough that a short call behind a long one waits a
 # few of its own durations (measured: p95 within 1-4x of the short calls' own with 512, 20-38x with 4,096).
 DEFAULT_SHARED_BATCH_TOKENS = 512
+# Token vectors the spaCy pipeline's biLM keeps by default: 10 MB for the 128-wide models (40 MB for `original`'s 512),
+# more word types than UD-EWT's whole training set holds (19,674); BENCHMARKS.md measures what the cache gains.
+DEFAULT_PIPELINE_CACHE_SIZE = 20_000
 
 
 def check_token_count(value: Any, name: str = "a number of tokens") -> None:
@@ -107,8 +116,9 @@ class BiLmSettings:
 
     def replace(self, **changes: Any) -> "BiLmSettings":
         """These settings with ``changes`` (checked); unknown names are an error naming the known ones."""
-        unknown = set(changes) - {field.name for field in dataclasses.fields(self)}
-        if unknown:
-            known = ", ".join(field.name for field in dataclasses.fields(self))
-            raise ElmoSettingsError(f"Unknown ELMo biLM settings {sorted(unknown)}; known: {known}")
+        known = [field.name for field in dataclasses.fields(self)]
+        for key in sorted(set(changes) - set(known)):
+            guess = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {guess[0]!r}?" if guess else f"known: {', '.join(known)}"
+            raise ElmoSettingsError(f"Unknown ELMo biLM setting {key!r}; {hint}")
         return dataclasses.replace(self, **changes)

@@ -28,6 +28,7 @@ def open_text(path: Path) -> io.TextIOBase:
     return open(path, encoding="utf-8", errors="replace")
 
 
-def split_long(tokens: List[str], max_tokens: int) -> List[List[str]]:
-    """Cut a sentence into consecutive windows of at most ``max_tokens`` tokens (none for an empty sentence)."""
-    return window_tokens([tokens], cut_windows([[(0, len(tokens))]], max_tokens))
+def split_long(tokens: List[str], max_sentence_tokens: int) -> List[List[str]]:
+    """Cut a sentence into consecutive windows of at most ``max_sentence_tokens`` tokens (none for an empty
+    sentence)."""
+    return window_tokens([tokens], cut_windows([[(0, len(tokens))]], max_sentence_tokens))

@@ -1,4 +1,4 @@
-"""Token sequences cut into biLM inputs of at most ``max_tokens`` tokens (windows), and their layers put back.
+"""Token sequences cut into biLM inputs of at most ``max_sentence_tokens`` tokens (windows), and their layers put back.
 
 The one place where windows are made: the ``elmo`` component (a Doc's sentences) and the ``embed`` command (long
 texts) cut alike. Their layers come back end to end per sequence either from the runtime, given
@@ -22,17 +22,18 @@ class Window(NamedTuple):
     end: int
 
 
-def cut_windows(spans: Sequence[Sequence[Tuple[int, int]]], max_tokens: int) -> List[Window]:
-    """Per sequence, its ``(start, end)`` spans (sentences) cut into consecutive windows of at most ``max_tokens``.
+def cut_windows(spans: Sequence[Sequence[Tuple[int, int]]], max_sentence_tokens: int) -> List[Window]:
+    """Per sequence, its ``(start, end)`` spans (sentences) cut into consecutive windows of at most
+    ``max_sentence_tokens``.
 
     Windows come sequence after sequence and in token order, so their layers laid end to end are each sequence's
     tokens in order (what :func:`join_windows` relies on). An empty span is no window.
     """
     return [
-        Window(seq, s, min(s + max_tokens, end))
+        Window(seq, s, min(s + max_sentence_tokens, end))
         for seq, seq_spans in enumerate(spans)
         for start, end in seq_spans
-        for s in range(start, end, max_tokens)
+        for s in range(start, end, max_sentence_tokens)
     ]
 
 

@@ -11,7 +11,8 @@ from spacy.util import load_model_from_config, registry
 from thinc.api import Config
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.pipeline.architectures import BILM_SETTINGS, DEFAULT_CACHE_SIZE, bilm_settings
+from spacy_elmo.pipeline.architectures import BILM_SETTINGS, bilm_settings
+from spacy_elmo.runtime.settings import DEFAULT_PIPELINE_CACHE_SIZE
 
 from tests.pipeline.conftest import OPTIONS, TAGGER, WEIGHTS, examples
 
@@ -97,7 +98,7 @@ def test_replace_listeners_writes_the_settings_as_they_stand_and_the_config_rebu
     assert block["@architectures"] == "spacy_elmo.ElmoEmbedding.v2"
     assert (block["frozen"], block["lang"]) == (True, "en")
     assert block["bilm"] == v2_block(**SETTINGS, stateful=False, max_batch_tokens=512, precision="fp32",
-                                     cache_size=DEFAULT_CACHE_SIZE)
+                                     cache_size=DEFAULT_PIPELINE_CACHE_SIZE)
     rebuilt = load_model_from_config(nlp.config, auto_fill=True)
     (bilm,) = [node for node in rebuilt.get_pipe("tagger").model.walk() if node.name == "elmo_bilm"]
     settings = bilm_settings(bilm)

@@ -11,6 +11,7 @@ from confection import ConfigValidationError
 from spacy.tokens import DocBin
 
 from spacy_elmo.errors import ElmoSettingsError
+from spacy_elmo.pipeline import Elmo
 from spacy_elmo.pipeline.config_types import SettingType, setting_type
 from spacy_elmo.sources.download import MANIFEST
 from spacy_elmo.sources.resolve import check_model_source
@@ -150,3 +151,21 @@ def test_spacy_train_stops_at_initialize_with_one_line_naming_the_setting(mistak
     assert done.returncode == 1 and "Traceback" not in output, output
     assert output.count("✘") == 1 and expected in " ".join(output.split("✘")[1].split()), output  # spaCy wraps at 80
     assert "Training pipeline" not in output and not (tmp_path / "out" / "model-last").exists()
+
+
+# (a setting given to the component that it does not take, what the one-line error must say)
+UNKNOWN_SETTINGS = [
+    ("precison", "did you mean 'precision'? It belongs in [components.elmo.model] (spacy_elmo.ElmoBiLm.v2)"),
+    ("precision", "'precision' is a setting of the biLM, not of the 'elmo' component: it belongs in [components.elmo.model]"),
+    ("batch_wait", "did you mean 'batch_wait_ms'? It belongs in [components.elmo]"),
+    ("colour", "Unknown setting 'colour' for the 'elmo' component; it takes mix, "),
+]
+
+
+@pytest.mark.parametrize("key, expected", UNKNOWN_SETTINGS)
+def test_a_setting_the_component_does_not_take_is_one_line_saying_where_it_belongs(key, expected):
+    model = spacy.registry.resolve({"model": elmo_config()["model"]})["model"]
+    with pytest.raises(ConfigValidationError) as caught:
+        Elmo(spacy.blank("en").vocab, model, **{key: "bf16"})
+    assert isinstance(caught.value, ElmoSettingsError)
+    assert expected in str(caught.value) and "\n" not in str(caught.value)

@@ -1,4 +1,6 @@
 """The training layer cache: bounded by bytes, fills once, keeps its own copies."""
+import copy
+
 import numpy as np
 
 from spacy_elmo.pipeline.layer_cache import LayerCache
@@ -23,3 +25,10 @@ def test_stores_a_copy_not_a_view_of_a_larger_buffer():
     assert stored.base is None and stored[0, 0, 0] == 8.0
     cache.clear()
     assert len(cache) == 0 and cache.nbytes == 0
+
+
+def test_a_copy_has_the_same_budget_and_nothing_stored():
+    cache = LayerCache(max_bytes=10_000)
+    cache.add(("x",), np.ones((1, 2, 4), dtype=np.float32))
+    copied = copy.deepcopy(cache)
+    assert copied.max_bytes == 10_000 and len(copied) == 0 and len(cache) == 1

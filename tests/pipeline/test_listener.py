@@ -10,6 +10,8 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Model, fix_random_seed
 
+from spacy_elmo.pipeline.architectures import layer_cache
+
 from tests.pipeline.conftest import conll_train, elmo_config, read_conll
 from tests.conftest import ROUNDING
 
@@ -92,10 +94,13 @@ def test_frozen_biLM_training_lowers_the_loss_and_moves_only_the_mix(trained):
 def test_cached_layers_equal_fresh_ones_and_are_reused(trained):
     nlp, examples, _, _ = trained
     elmo = nlp.get_pipe("elmo")
-    assert elmo.layer_cache.hits > 0 and len(elmo.layer_cache) > 0
+    cache = layer_cache(elmo.model)
+    assert cache.hits > 0 and len(cache) > 0
     docs = [eg.predicted for eg in examples[:8]]
-    for cached, fresh in zip(elmo._cached_layers(docs), elmo.model.predict(docs)):
+    hits = cache.hits
+    for cached, fresh in zip(elmo.model.begin_update(docs)[0], elmo.model.predict(docs)):
         np.testing.assert_allclose(cached, fresh, **ROUNDING)
+    assert cache.hits > hits
 
 
 def test_fine_tuning_changes_the_biLM_weights():

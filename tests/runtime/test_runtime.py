@@ -63,8 +63,10 @@ def test_settings_are_checked_once_when_made():
         BiLmSettings(max_batch_tokens=0)
     with pytest.raises(ElmoSettingsError, match="frozen"):
         BiLmSettings(precision="int8", frozen=False)
-    with pytest.raises(ElmoSettingsError, match="Unknown ELMo biLM settings"):
-        BiLmSettings().replace(batch_size=3)
+    with pytest.raises(ElmoSettingsError, match="Unknown ELMo biLM setting 'colour'; known: options_file, "):
+        BiLmSettings().replace(colour=3)
+    with pytest.raises(ElmoSettingsError, match="Unknown ELMo biLM setting 'precison'; did you mean 'precision'"):
+        BiLmSettings().replace(precison="int8")
 
 
 def test_the_mix_accumulated_per_layer_equals_the_mix_of_the_layers():
