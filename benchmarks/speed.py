@@ -8,6 +8,7 @@
     python benchmarks/speed.py memory                                          # RSS over 100,000 Docs
     python benchmarks/speed.py products                                        # one LSTM product by rows
     python benchmarks/speed.py floor --preset original                         # one-Doc calls vs memory bandwidth
+    python benchmarks/speed.py schedule --model embedded                       # the LSTM schedule vs a wavefront
     python benchmarks/speed.py measure pipe --model small                      # one figure (what ab runs)
     python benchmarks/speed.py ab --old ../old_checkout --new . --what pipe    # two source trees, alternating
 
@@ -479,6 +480,137 @@ def floor(args: argparse.Namespace) -> None:
               f"{per_call * size / 1e6:.0f} MB; floor {bound * 1e3:.0f} ms per call, reached {bound / best:.0%}")
 
 
+def schedule(args: argparse.Namespace) -> None:
+    """A biLM run by rows: the package's schedule (each layer over every step, its two directions in one product)
+    against a wavefront (layer k at step t beside layer k+1 at step t-1: T + L - 1 steps of one product for every
+    layer and direction), written here from the same weights; and each schedule's matrix products alone, its floor.
+    The wavefront here leaves out the package's packing, final states and layer writes: a lower bound of what it
+    would take in the package."""
+    import torch
+
+    from spacy_elmo import ElmoEmbedder
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        bilm = ElmoEmbedder(*model_files(args.model, Path(tmp)), threads=1).runtime.encoder.bilm
+    header(sys.argv)
+    print(f"{args.model}: fp32, one thread, every row {args.steps} steps; ms per run (CPU), median of "
+          f"{args.rounds} rounds, the runs interleaved in each\n")
+    print("| rows | package | wavefront | wavefront / package: median (range) | products alone: package | wavefront |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    weights = _stacked_lstms(bilm)
+    torch.manual_seed(0)
+    for rows in map(int, args.rows.split(",")):
+        ms = _schedule_times(bilm, weights, rows, args.steps, args.rounds)
+        ratios = [w / p for w, p in zip(ms["wavefront"], ms["package"])]
+        print(f"| {rows} | {statistics.median(ms['package']):.2f} | {statistics.median(ms['wavefront']):.2f} | "
+              f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | "
+              f"{statistics.median(ms['package products']):.2f} | {statistics.median(ms['wavefront products']):.2f} |",
+              flush=True)
+    print(f"\nload average after: {load()}")
+
+
+def _schedule_times(bilm, weights: Dict[str, object], rows: int, steps: int, rounds: int) -> Dict[str, List[float]]:
+    """ms per run of each schedule and of its products alone, per round, on random token vectors of ``rows`` rows,
+    after checking that the wavefront gives the package's forward top layer."""
+    import torch
+
+    tokens = torch.randn(rows, steps, bilm.options.projection_dim) * 0.5
+    packed = tokens.transpose(0, 1).reshape(1, -1, tokens.shape[2]).expand(2, -1, -1).contiguous()  # step-major
+    calls = max(1, 4000 // (rows * steps))
+    with torch.inference_mode():
+        forward = _wavefront(weights, bilm.options, packed, rows)[0].view(steps, rows, -1).transpose(0, 1)
+        top = bilm(tokens, [steps] * rows)[0][-1][..., : forward.shape[2]]
+        assert torch.allclose(forward, top, rtol=1e-4, atol=1e-4), "the wavefront here is not the package's biLM"
+        runs = {
+            "package": lambda: [bilm(tokens, [steps] * rows) for _ in range(calls)],
+            "wavefront": lambda: [_wavefront(weights, bilm.options, packed, rows) for _ in range(calls)],
+            "package products": lambda: [_products_alone(weights, packed, rows, False) for _ in range(calls)],
+            "wavefront products": lambda: [_products_alone(weights, packed, rows, True) for _ in range(calls)],
+        }
+        for run in runs.values():
+            run()
+        cpu = interleaved(runs, rounds)[1]
+    return {name: [s / calls * 1e3 for s in seconds] for name, seconds in cpu.items()}
+
+
+def _stacked_lstms(bilm) -> Dict[str, object]:
+    """Every layer's and direction's weights stacked, ``(2 n_layers, ...)``, layer by layer, forward then backward;
+    the ``j`` gate's columns doubled (tanh as 2 sigmoid(2x) - 1, as the package computes it)."""
+    import torch
+
+    lstms = [lstm for pair in zip(bilm.forward_lstms, bilm.backward_lstms) for lstm in pair]
+    cells = bilm.options.lstm_dim
+    scale = torch.ones(4 * cells)
+    scale[cells : 2 * cells] = 2.0
+    forget = torch.zeros(4 * cells)
+    forget[2 * cells : 3 * cells] = 1.0
+
+    def stack(name: str) -> torch.Tensor:
+        return torch.stack([getattr(lstm, name).detach() for lstm in lstms])
+
+    return {"input": stack("w_input") * scale, "hidden": stack("w_hidden") * scale, "projection": stack("w_proj"),
+            "bias": ((stack("bias") + forget) * scale).unsqueeze(1)}
+
+
+def _wavefront(weights: Dict[str, object], options, packed, rows: int):
+    """The top layer ``(2, steps * rows, dim)`` (two layers) of rows of equal length from zeros; ``packed``: each
+    direction's inputs ``(2, steps * rows, dim)``, step-major, in the order that direction reads them."""
+    import torch
+
+    w, n = weights, options.n_layers
+    steps, dim, cells = packed.shape[1] // rows, options.projection_dim, options.lstm_dim
+    cell_clip, proj_clip = 2.0 * options.cell_clip, options.proj_clip
+    first = torch.baddbmm(w["bias"][:2], packed, w["input"][:2])
+    later = w["bias"][2:].expand(-1, steps * rows, -1)
+    step_in = torch.cat((first, later)).split(rows, dim=1)
+    h, c2 = packed.new_zeros(2 * n, rows, dim), packed.new_zeros(2 * n, rows, cells)
+    outputs = []
+    for s in range(steps + n - 1):
+        lo, hi = 2 * max(0, s - steps + 1), 2 * min(n, s + 1)  # the layers at a real step
+        z = torch.baddbmm(step_in[min(s, steps - 1)][lo:hi], h[lo:hi], w["hidden"][lo:hi])  # past T: biases only
+        inner = max(lo, 2)
+        if hi > inner:
+            z[inner - lo :].baddbmm_(h[inner - 2 : hi - 2], w["input"][inner:hi])
+        i, j, f, o = z.sigmoid_().chunk(4, dim=2)
+        c_new = torch.mul(f, c2[lo:hi]).addcmul_(i, j, value=4.0).sub_(i, alpha=2.0).clamp_(-cell_clip, cell_clip)
+        h_new = torch.bmm(torch.addcmul(torch.neg(o), o, torch.sigmoid(c_new), value=2.0), w["projection"][lo:hi])
+        h_new.clamp_(-proj_clip, proj_clip)
+        if hi - lo < 2 * n:
+            h_new, c_new = h.index_copy(0, torch.arange(lo, hi), h_new), c2.index_copy(0, torch.arange(lo, hi), c_new)
+        h, c2 = h_new, c_new
+        outputs.append(h)
+    out = torch.cat(outputs, dim=1)
+    layers = [out[2 * k : 2 * k + 2, k * rows : (k + steps) * rows] for k in range(n)]
+    top = layers[-1]
+    if options.use_skip_connections and n > 1:
+        top = top + layers[-2]
+    return top
+
+
+def _products_alone(weights: Dict[str, object], packed, rows: int, wavefront: bool) -> None:
+    """The matrix products of one run of a schedule (the package's, or the wavefront), nothing between them."""
+    import torch
+
+    w, steps = weights, packed.shape[1] // rows
+    n = w["hidden"].shape[0] // 2
+    h = packed.new_zeros(2 * n, rows, packed.shape[2])
+    cell_out = packed.new_zeros(2 * n, rows, w["projection"].shape[1])
+    if wavefront:
+        torch.baddbmm(w["bias"][:2], packed, w["input"][:2])
+        for _ in range(steps + n - 1):
+            z = torch.baddbmm(w["bias"], h, w["hidden"])
+            z[2:].baddbmm_(h[:-2], w["input"][2:])
+            torch.bmm(cell_out, w["projection"])
+        return
+    for k in range(n):
+        layer = slice(2 * k, 2 * k + 2)
+        torch.baddbmm(w["bias"][layer], packed, w["input"][layer])
+        for _ in range(steps):
+            torch.baddbmm(w["bias"][layer], h[layer], w["hidden"][layer])
+            torch.bmm(cell_out[layer], w["projection"][layer])
+
+
 # --- one figure, and two source trees against each other -------------------------------------------------------------
 
 def measure_one(what: str, files: ModelFiles, precision: str, sentences: int, passes: int) -> Dict[str, object]:
@@ -593,6 +725,7 @@ def parser() -> argparse.ArgumentParser:
     memory_parser.add_argument("--weights", help=argparse.SUPPRESS)
     command("products", products, preset="small")
     command("floor", floor, preset="original", sentences=12, rounds=3)
+    command("schedule", schedule, model="embedded", rows="1,8,32,128", steps=22, rounds=5)
     measure_parser = command("measure", measure, model="small", precision="fp32", sentences=300, passes=2)
     measure_parser.add_argument("what", choices=MEASURES)
     measure_parser.add_argument("--options", help="options.json (instead of --model)")
