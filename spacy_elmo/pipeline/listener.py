@@ -34,7 +34,7 @@ from ..runtime import BiLmSettings
 from .architectures import DEFAULTS, OWNER_SETTINGS, bilm_config, configure_bilm_model, frozen_backprop, owner_config
 from .config_types import DropoutRate, Penalty, Threads, TokenCount, WaitMilliseconds, config_error
 from .handoff import LayerHandoff
-from .scalar_mix import build_scalar_mix
+from .listener_mix import build_listener_mix
 
 TokVecModel = Model[List[Doc], List[Floats2d]]
 LISTENER_NAME = "elmo-listener"
@@ -200,7 +200,7 @@ def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Li
 def _mix_head(
     source: Model, layer_norm: bool, dropout: float, l2: float, embed: Optional[TokVecModel]
 ) -> TokVecModel:
-    mixed = build_scalar_mix(source, layer_norm=layer_norm, dropout=dropout, l2=l2)
+    mixed = build_listener_mix(source, layer_norm=layer_norm, dropout=dropout, l2=l2)
     return mixed if embed is None else concatenate(mixed, embed)
 
 

@@ -10,9 +10,9 @@ from thinc.api import Model
 
 from spacy_elmo.model.fixed_mix import fixed_mix_weights
 from spacy_elmo.pipeline.architectures import frozen_backprop
-from spacy_elmo.pipeline.scalar_mix import build_scalar_mix
+from spacy_elmo.pipeline.listener_mix import build_listener_mix
 
-from tests.scalar_mix_reference import ScalarMix
+from tests.pipeline.listener_mix_reference import ScalarMix
 
 N_LAYERS, DIM = 3, 5
 
@@ -30,7 +30,7 @@ def layer_source(layers: List[np.ndarray], frozen: bool, received: list) -> Mode
 
 def run_mix(layers, d_outputs, *, layer_norm, l2=0.0, scalars=None, gamma=1.0, frozen=False):
     received: list = []
-    mix = build_scalar_mix(layer_source(layers, frozen, received), layer_norm=layer_norm, l2=l2)
+    mix = build_listener_mix(layer_source(layers, frozen, received), layer_norm=layer_norm, l2=l2)
     mix.initialize()
     if scalars is not None:
         mix.set_param("scalars", np.asarray(scalars, dtype=np.float32))
@@ -74,7 +74,7 @@ def test_l2_adds_its_gradient_and_a_frozen_source_gets_none():
 def test_dropout_zeroes_or_rescales_during_training_only():
     layers = [np.ones((N_LAYERS, 50, DIM), dtype=np.float32)]
     source = layer_source(layers, frozen=True, received=[])
-    mix = build_scalar_mix(source, dropout=0.5)
+    mix = build_listener_mix(source, dropout=0.5)
     mix.initialize()
     doc = [Doc(Vocab())]
     (trained,), _ = mix.begin_update(doc)
