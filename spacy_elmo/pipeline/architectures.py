@@ -21,7 +21,7 @@ over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``
 and keeps working on its own.
 """
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -33,7 +33,7 @@ from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from ..runtime.settings import DEFAULT_PIPELINE_CACHE_SIZE
 from ..util.windows import join_windows, windows_per_sequence
-from .config_types import CacheSize, ModelSource, TokenCount
+from .config_types import CacheSize, ModelSource, TokenCount, unknown_setting_error
 from .doc_windows import doc_windows, window_words
 from .elmo_shim import ElmoShim
 from .layer_cache import LayerCache
@@ -116,6 +116,14 @@ def configure_bilm_model(model: Model, **changes: Any) -> None:
     _shim(model).configure(**changes)
 
 
+def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) -> None:
+    """Refuse, in one line saying where it belongs, a key among the settings ``owner`` (a component of the model,
+    whose own settings are ``own``) gives its model that is not one of :data:`OWNER_SETTINGS`."""
+    for key in keys:
+        if key not in OWNER_SETTINGS:
+            raise unknown_setting_error(key, owner, own, BILM_SETTINGS, ARCHITECTURE)
+
+
 def bilm_config(settings: BiLmSettings) -> Dict[str, Any]:
     """The ``ElmoBiLm.v2`` config block of a model with ``settings``."""
     return {"@architectures": ARCHITECTURE, **{key: getattr(settings, key) for key in BILM_SETTINGS}}
@@ -137,9 +145,11 @@ def set_layer_cache(model: Model, max_bytes: int) -> None:
 
 
 def load_bilm_weights(model: Model) -> ElmoRuntime:
-    """(Re)load the biLM from the files its settings name (none: the embedded model), on thinc's device."""
+    """(Re)load the biLM from the files its settings name (none: the embedded model), on thinc's device; cached
+    layers of other weights go."""
     runtime = _shim(model).load()
     set_bilm_dims(model)
+    layer_cache(model).clear()
     return runtime
 
 
