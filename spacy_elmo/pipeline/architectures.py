@@ -32,6 +32,7 @@ from thinc.types import Floats3d, FloatsXd
 from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from ..runtime.settings import DEFAULT_PIPELINE_CACHE_SIZE
+from ..sources.download import resolve_model
 from ..util.windows import join_windows, windows_per_sequence
 from .config_types import CacheSize, ModelSource, TokenCount, unknown_setting_error
 from .doc_windows import doc_windows, window_words
@@ -57,6 +58,7 @@ OWNER_SETTINGS = ("frozen", "threads", "batch_requests", "batch_wait_ms", "share
 LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
 LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
+DEFAULT_MODEL = {"@architectures": ARCHITECTURE}  # the config block of the default biLM model
 DEFAULTS = BiLmSettings()
 InitialState = Literal["auto", "zeros", "warm"]
 Precision = Literal["fp32", "bf16", "int8", "fp16"]
@@ -96,6 +98,13 @@ def build_bilm_model_v2(
         dims={"nO": None, "nL": None},
         attrs={LAYER_CACHE: LayerCache(0)},
     )
+
+
+def published_bilm_model(name: str) -> Model[List[Doc], List[Floats3d]]:
+    """The default biLM model with the files of the downloaded published model ``name`` (``python -m spacy_elmo
+    list``); a name that is not downloaded is an error saying how to get it."""
+    options_file, weight_file = resolve_model(name)
+    return build_bilm_model_v2(options_file=options_file, weight_file=weight_file)
 
 
 def _shim(model: Model) -> ElmoShim:

@@ -11,13 +11,13 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer
+from thinc.api import Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
-from ..sources.download import resolve_model
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from .architectures import (
+    DEFAULT_MODEL,
     DEFAULTS,
     OWNER_SETTINGS,
     bilm_settings,
@@ -28,6 +28,7 @@ from .architectures import (
     load_bilm_bytes,
     load_bilm_file,
     load_bilm_weights,
+    published_bilm_model,
     runtime_of,
     set_layer_cache,
 )
@@ -35,13 +36,6 @@ from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, W
 from .extensions import in_spacy_worker, install_extensions, install_vector_hooks, refuse_tensor_clash
 from .handoff import LayerHandoff
 from .listener import listener_nodes, listener_state, offer_replace_listeners, send_training_batch, set_listener_dims
-
-DEFAULT_MODEL_CONFIG = """
-[model]
-@architectures = "spacy_elmo.ElmoBiLm.v2"
-"""
-DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
-
 
 class ElmoOutput(NamedTuple):
     """What :meth:`Elmo.predict` found for one Doc: its layers and/or its mixed vectors (numpy, its own)."""
@@ -88,11 +82,7 @@ def make_elmo(
     """
     settings = dict(locals())  # every setting is a parameter of the same name, passed on as it is
     del settings["nlp"], settings["name"], settings["model"]
-    if isinstance(model, str):
-        options_file, weight_file = resolve_model(model)
-        model = spacy_util.registry.resolve({"model": DEFAULT_MODEL})["model"]
-        configure_bilm_model(model, options_file=options_file, weight_file=weight_file)
-    return Elmo(nlp.vocab, model, name, **settings)
+    return Elmo(nlp.vocab, published_bilm_model(model) if isinstance(model, str) else model, name, **settings)
 
 
 class Elmo(TrainablePipe):
