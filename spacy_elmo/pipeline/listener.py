@@ -8,7 +8,8 @@ weights. It is a plain thinc ``Model`` whose listening state is in its attrs (:d
 every node as a plain ``Model``, so state kept on a subclass would be lost on the copy.
 
 During training the ``elmo`` component's ``update`` hands every listener the batch's layers
-with a backprop callback (or :func:`frozen_backprop` when the biLM is frozen). At prediction,
+with a backprop callback (:func:`send_training_batch`: :func:`frozen_backprop` when the biLM is frozen, else one
+that sums the listeners' gradients for the biLM's backward pass). At prediction,
 and when the ``elmo`` component is frozen but annotating, each Doc's layers come from the
 component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, which lets them go once every
 listener has read them.
