@@ -37,6 +37,7 @@ from .extensions import in_spacy_worker, install_extensions, install_vector_hook
 from .handoff import LayerHandoff
 from .listener import listener_nodes, listener_state, offer_replace_listeners, send_training_batch, set_listener_dims
 
+
 class ElmoOutput(NamedTuple):
     """What :meth:`Elmo.predict` found for one Doc: its layers and/or its mixed vectors (numpy, its own)."""
 
