@@ -131,6 +131,7 @@ class Elmo(TrainablePipe):
         self.set_tensor = set_tensor
         self.vector_hooks = vector_hooks
         set_layer_cache(model, int(train_cache_mb * 2**20))
+        self._mix_weights: Optional[MixWeights] = None  # decided when the biLM's layers are known
         self._configure(lang=vocab.lang, **bilm)
 
     def _configure(self, **changes: Any) -> None:
@@ -219,8 +220,11 @@ class Elmo(TrainablePipe):
 
     @property
     def mix_weights(self) -> MixWeights:
-        """The weight of each biLM layer in ``Doc._.elmo``: the mix's, for the biLM's number of layers."""
-        return tuple(float(w) for w in fixed_mix_weights(self.mix, self.runtime.options.n_output_layers))
+        """The weight of each biLM layer in ``Doc._.elmo``, decided once for the mix and the biLM."""
+        if self._mix_weights is None:
+            n_layers = self.runtime.options.n_output_layers
+            self._mix_weights = tuple(float(w) for w in fixed_mix_weights(self.mix, n_layers))
+        return self._mix_weights
 
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
         """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the handoff to the listeners."""
@@ -304,7 +308,7 @@ class Elmo(TrainablePipe):
             refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
         check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, self.runtime.options.n_output_layers)
-        self._size_listeners()
+        self._after_load()
 
     # --- serialization: the model's bytes hold the weights; the config holds the settings ---
 
@@ -331,18 +335,19 @@ class Elmo(TrainablePipe):
             "model": lambda b: load_bilm_bytes(self.model, b, f"the serialized {self.name!r} component"),
         }
         spacy_util.from_bytes(bytes_data, deserializers, exclude)
-        self._size_listeners()
+        self._after_load()
         return self
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_disk(path, exclude=[*exclude, "model"])
         if "model" not in exclude:
             load_bilm_file(self.model, Path(path) / "model")
-        self._size_listeners()
+        self._after_load()
         return self
 
-    def _size_listeners(self) -> None:
-        """Tell the listeners the size of the biLM just loaded (if it is)."""
+    def _after_load(self) -> None:
+        """The mix is decided again for the biLM just loaded (if it is), whose size the listeners are told."""
+        self._mix_weights = None
         if is_loaded(self.model):
             for listener in self.listeners:
                 set_listener_dims(listener, self.model)
