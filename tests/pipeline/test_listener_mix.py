@@ -1,4 +1,4 @@
-"""The listener's scalar mix against the tests' torch ``ScalarMix`` (autograd), and the fixed mixes."""
+"""The listener's scalar mix against the tests' torch ``ScalarMix`` (autograd)."""
 from typing import List
 
 import numpy as np
@@ -8,7 +8,6 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Model
 
-from spacy_elmo.model.fixed_mix import fixed_mix_weights
 from spacy_elmo.pipeline.architectures import frozen_backprop
 from spacy_elmo.pipeline.listener_mix import build_listener_mix
 
@@ -80,10 +79,3 @@ def test_dropout_zeroes_or_rescales_during_training_only():
     (trained,), _ = mix.begin_update(doc)
     assert set(np.unique(trained)) == {0.0, 2.0}
     np.testing.assert_array_equal(mix.predict(doc)[0], np.ones((50, DIM)))
-
-
-def test_fixed_mix_weights():
-    np.testing.assert_allclose(fixed_mix_weights("average", 4), [0.25] * 4)
-    np.testing.assert_array_equal(fixed_mix_weights("top", 3), [0, 0, 1])
-    with pytest.raises(ValueError, match="give 3 weights"):
-        fixed_mix_weights([1.0], 3)
