@@ -6,7 +6,7 @@
 ``ConfigurationError`` for ``allennlp.common.checks``. Only torch, numpy and h5py are imported: no spaCy, no
 thinc. docs/migrating.md says what differs (nothing by default) and what the opt-ins give.
 """
-from ..model.scalar_mix import ScalarMix
+from .scalar_mix import ScalarMix
 from .elmo import ConfigurationError, Elmo, ElmoBiLm, _ElmoBiLm, _ElmoCharacterEncoder, batch_to_ids
 from .embedder import ElmoEmbedder
 

@@ -16,7 +16,7 @@ from ..model.bilm import BiLmState
 from ..model.carried_state import CarriedState
 from ..model.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_ids
 from ..model.encoder import ElmoEncoder
-from ..model.scalar_mix import ScalarMix
+from .scalar_mix import ScalarMix
 from ..util.files import PathLike
 from ..runtime import BiLmSettings, load_encoder
 

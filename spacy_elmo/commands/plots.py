@@ -17,7 +17,7 @@ from ..util.files import PathLike
 if TYPE_CHECKING:
     from spacy.language import Language
 
-MIX_NODE = "elmo_scalar_mix"  # name of the thinc layer built by spacy_elmo.pipeline.scalar_mix.build_scalar_mix
+MIX_NODE = "elmo_scalar_mix"  # name of the thinc layer built by spacy_elmo.pipeline.listener_mix.build_listener_mix
 TRAIN_KEYS = ("tokens_seen", "loss", "train_ppl")
 EVAL_KEYS = ("tokens_seen", "forward_ppl", "backward_ppl", "average_ppl")
 

@@ -21,7 +21,7 @@ over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``
 and keeps working on its own.
 """
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -32,8 +32,9 @@ from thinc.types import Floats3d, FloatsXd
 from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from ..runtime.settings import DEFAULT_PIPELINE_CACHE_SIZE
+from ..sources.download import resolve_model
 from ..util.windows import join_windows, windows_per_sequence
-from .config_types import CacheSize, ModelSource, TokenCount
+from .config_types import CacheSize, ModelSource, TokenCount, unknown_setting_error
 from .doc_windows import doc_windows, window_words
 from .elmo_shim import ElmoShim
 from .layer_cache import LayerCache
@@ -57,6 +58,7 @@ OWNER_SETTINGS = ("frozen", "threads", "batch_requests", "batch_wait_ms", "share
 LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
 LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
+DEFAULT_MODEL = {"@architectures": ARCHITECTURE}  # the config block of the default biLM model
 DEFAULTS = BiLmSettings()
 InitialState = Literal["auto", "zeros", "warm"]
 Precision = Literal["fp32", "bf16", "int8", "fp16"]
@@ -98,6 +100,13 @@ def build_bilm_model_v2(
     )
 
 
+def published_bilm_model(name: str) -> Model[List[Doc], List[Floats3d]]:
+    """The default biLM model with the files of the downloaded published model ``name`` (``python -m spacy_elmo
+    list``); a name that is not downloaded is an error saying how to get it."""
+    options_file, weight_file = resolve_model(name)
+    return build_bilm_model_v2(options_file=options_file, weight_file=weight_file)
+
+
 def _shim(model: Model) -> ElmoShim:
     return model.shims[0]
 
@@ -114,6 +123,14 @@ def configure_bilm_model(model: Model, **changes: Any) -> None:
     was trained from, which need not exist where it runs.
     """
     _shim(model).configure(**changes)
+
+
+def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) -> None:
+    """Refuse, in one line saying where it belongs, a key among the settings ``owner`` (a component of the model,
+    whose own settings are ``own``) gives its model that is not one of :data:`OWNER_SETTINGS`."""
+    for key in keys:
+        if key not in OWNER_SETTINGS:
+            raise unknown_setting_error(key, owner, own, BILM_SETTINGS, ARCHITECTURE)
 
 
 def bilm_config(settings: BiLmSettings) -> Dict[str, Any]:
@@ -137,9 +154,11 @@ def set_layer_cache(model: Model, max_bytes: int) -> None:
 
 
 def load_bilm_weights(model: Model) -> ElmoRuntime:
-    """(Re)load the biLM from the files its settings name (none: the embedded model), on thinc's device."""
+    """(Re)load the biLM from the files its settings name (none: the embedded model), on thinc's device; cached
+    layers of other weights go."""
     runtime = _shim(model).load()
     set_bilm_dims(model)
+    layer_cache(model).clear()
     return runtime
 
 

@@ -11,39 +11,31 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer
+from thinc.api import Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
-from ..sources.download import resolve_model
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from .architectures import (
-    ARCHITECTURE,
-    BILM_SETTINGS,
+    DEFAULT_MODEL,
     DEFAULTS,
     OWNER_SETTINGS,
     bilm_settings,
+    check_owner_settings,
     configure_bilm_model,
     doc_layers,
-    frozen_backprop,
     is_loaded,
-    layer_cache,
     load_bilm_bytes,
     load_bilm_file,
     load_bilm_weights,
+    published_bilm_model,
     runtime_of,
     set_layer_cache,
 )
-from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting, unknown_setting_error
+from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
 from .extensions import in_spacy_worker, install_extensions, install_vector_hooks, refuse_tensor_clash
 from .handoff import LayerHandoff
-from .listener import batch_id, is_listener, listener_state, replace_listener, replace_listener_cfg, upstream_name
-
-DEFAULT_MODEL_CONFIG = """
-[model]
-@architectures = "spacy_elmo.ElmoBiLm.v2"
-"""
-DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+from .listener import listener_nodes, listener_state, offer_replace_listeners, send_training_batch, set_listener_dims
 
 
 class ElmoOutput(NamedTuple):
@@ -91,11 +83,7 @@ def make_elmo(
     """
     settings = dict(locals())  # every setting is a parameter of the same name, passed on as it is
     del settings["nlp"], settings["name"], settings["model"]
-    if isinstance(model, str):
-        options_file, weight_file = resolve_model(model)
-        model = spacy_util.registry.resolve({"model": DEFAULT_MODEL})["model"]
-        configure_bilm_model(model, options_file=options_file, weight_file=weight_file)
-    return Elmo(nlp.vocab, model, name, **settings)
+    return Elmo(nlp.vocab, published_bilm_model(model) if isinstance(model, str) else model, name, **settings)
 
 
 class Elmo(TrainablePipe):
@@ -126,10 +114,8 @@ class Elmo(TrainablePipe):
         train_cache_mb: float = 1024,
         **bilm: Any,
     ):
-        for key in bilm:
-            if key not in OWNER_SETTINGS:
-                own = [setting for setting in Language.get_factory_meta("elmo").default_config if setting != "model"]
-                raise unknown_setting_error(key, name, own, BILM_SETTINGS, ARCHITECTURE)
+        own = [setting for setting in Language.get_factory_meta("elmo").default_config if setting != "model"]
+        check_owner_settings(bilm, name, own)
         check_mix_spec(mix)
         check_cache_mb(train_cache_mb)
         install_extensions()
@@ -151,8 +137,7 @@ class Elmo(TrainablePipe):
     def _configure(self, **changes: Any) -> None:
         """Change the biLM's settings (the model holds them) and give ``replace_listeners`` what it needs."""
         configure_bilm_model(self.model, **changes)
-        self.model.attrs["replace_listener"] = replace_listener
-        self.model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, self.settings)
+        offer_replace_listeners(self.model, self.settings)
 
     @property
     def settings(self) -> BiLmSettings:
@@ -191,7 +176,7 @@ class Elmo(TrainablePipe):
             listeners.append(listener)
         listener_state(listener).link(self.handoff)
         if is_loaded(self.model):
-            self._set_listener_dims(listener)
+            set_listener_dims(listener, self.model)
 
     def remove_listener(self, listener: Model, component_name: str) -> bool:
         listeners = self.listener_map.get(component_name, [])
@@ -208,24 +193,15 @@ class Elmo(TrainablePipe):
 
         Nodes it no longer holds (e.g. its model was replaced by a copy) are unlinked, so that no layers wait for them.
         """
-        model, name = getattr(component, "model", None), getattr(component, "name", None)
+        name = getattr(component, "name", None)
         if name is None:  # a function component: no model, no listeners
             return
-        found = [
-            node
-            for node in (model.walk() if isinstance(model, Model) else [])
-            if is_listener(node) and upstream_name(node) in ("*", self.name)
-        ]
+        found = listener_nodes(getattr(component, "model", None), self.name)
         for old in list(self.listener_map.get(name, [])):
             if all(old is not node for node in found):
                 self.remove_listener(old, name)
         for node in found:
             self.add_listener(node, name)
-
-    def _set_listener_dims(self, listener: Model) -> None:
-        options = self.runtime.options
-        listener.set_dim("nO", options.output_dim, force=True)
-        listener.set_dim("nL", options.n_output_layers, force=True)
 
     # --- prediction ---
 
@@ -291,43 +267,20 @@ class Elmo(TrainablePipe):
         sgd: Optional[Optimizer] = None,
         losses: Optional[Dict[str, float]] = None,
     ) -> Dict[str, float]:
-        """Give every listener this batch's layers.
+        """Give every listener this batch's layers (:func:`~spacy_elmo.pipeline.listener.send_training_batch`).
 
-        Frozen biLM: the layers come without autograd (from the layer cache where possible)
-        and the listeners' backprop stops at their mixes. Fine-tuning: the listeners'
-        gradients are summed and the last listener's backprop runs the biLM's backward pass;
-        the loss recorded is the squared norm of those gradients.
+        Frozen biLM: the layers come without autograd (from the layer cache where possible) and the listeners'
+        backprop stops at their mixes. Fine-tuning: the last listener's backprop runs the biLM's backward pass on the
+        sum of the listeners' gradients; the loss recorded is the squared norm of those gradients.
         """
         losses = {} if losses is None else losses
         validate_examples(examples, "Elmo.update")
-        docs = [eg.predicted for eg in examples]
         losses.setdefault(self.name, 0.0)
-        if not self.listeners:
-            return losses
-        layers, backprop = self.model.begin_update(docs)
-        batch = batch_id(docs)
-        if backprop is frozen_backprop:
-            for listener in self.listeners:
-                listener_state(listener).receive(batch, layers, frozen_backprop)
-            return losses
-        d_layers = [self.model.ops.alloc(x.shape, dtype=x.dtype) for x in layers]
-
-        def accumulate(one_d_layers: List[Floats3d]) -> List[Doc]:
-            for total, part in zip(d_layers, one_d_layers):
-                total += part
-                losses[self.name] += float((part**2).sum())
-            return []
-
-        def backprop_all(one_d_layers: List[Floats3d]) -> List[Doc]:
-            accumulate(one_d_layers)
-            backprop(d_layers)
-            if sgd is not None:
-                self.finish_update(sgd)
-            return []
-
-        for listener in self.listeners[:-1]:
-            listener_state(listener).receive(batch, layers, accumulate)
-        listener_state(self.listeners[-1]).receive(batch, layers, backprop_all)
+        if self.listeners:
+            docs = [eg.predicted for eg in examples]
+            layers, backprop = self.model.begin_update(docs)
+            finish = None if sgd is None else functools.partial(self.finish_update, sgd)
+            send_training_batch(self.listeners, docs, layers, backprop, losses, self.name, finish)
         return losses
 
     def finish_update(self, sgd: Optimizer) -> None:
@@ -354,11 +307,8 @@ class Elmo(TrainablePipe):
         if self.set_tensor and nlp is not None:
             refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
-        self._mix_weights = None
         check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, self.runtime.options.n_output_layers)
-        layer_cache(self.model).clear()
-        for listener in self.listeners:
-            self._set_listener_dims(listener)
+        self._after_load()
 
     # --- serialization: the model's bytes hold the weights; the config holds the settings ---
 
@@ -372,8 +322,7 @@ class Elmo(TrainablePipe):
 
     def _ensure_loaded(self) -> None:
         """Read the weight files now if nothing did yet, so that a saved pipeline carries the weights."""
-        if not is_loaded(self.model):
-            load_bilm_weights(self.model)
+        runtime_of(self.model)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by ``load_bilm_bytes``.
@@ -397,9 +346,9 @@ class Elmo(TrainablePipe):
         return self
 
     def _after_load(self) -> None:
-        """The mix is decided again for the loaded biLM, whose size the listeners are told."""
+        """The mix is decided again for the biLM just loaded (if it is), whose size the listeners are told."""
         self._mix_weights = None
         if is_loaded(self.model):
             for listener in self.listeners:
-                self._set_listener_dims(listener)
+                set_listener_dims(listener, self.model)
 

@@ -8,7 +8,8 @@ weights. It is a plain thinc ``Model`` whose listening state is in its attrs (:d
 every node as a plain ``Model``, so state kept on a subclass would be lost on the copy.
 
 During training the ``elmo`` component's ``update`` hands every listener the batch's layers
-with a backprop callback (or :func:`frozen_backprop` when the biLM is frozen). At prediction,
+with a backprop callback (:func:`send_training_batch`: :func:`frozen_backprop` when the biLM is frozen, else one
+that sums the listeners' gradients for the biLM's backward pass). At prediction,
 and when the ``elmo`` component is frozen but annotating, each Doc's layers come from the
 component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, which lets them go once every
 listener has read them.
@@ -21,7 +22,8 @@ spaCy links the pipeline (``nlp.add_pipe``, ``initialize``, ``spacy.load``...) o
 ``nlp.replace_listeners`` swaps the listener layer for a copy of the component's biLM model; the
 config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings and the biLM's settings as they stand.
 """
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import functools
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from spacy.errors import Errors
 from spacy.tokens import Doc
@@ -34,7 +36,7 @@ from ..runtime import BiLmSettings
 from .architectures import DEFAULTS, OWNER_SETTINGS, bilm_config, configure_bilm_model, frozen_backprop, owner_config
 from .config_types import DropoutRate, Penalty, Threads, TokenCount, WaitMilliseconds, config_error
 from .handoff import LayerHandoff
-from .scalar_mix import build_scalar_mix
+from .listener_mix import build_listener_mix
 
 TokVecModel = Model[List[Doc], List[Floats2d]]
 LISTENER_NAME = "elmo-listener"
@@ -126,6 +128,13 @@ def upstream_name(node: Model) -> str:
     return node.attrs[UPSTREAM]
 
 
+def listener_nodes(model: Any, upstream: str) -> List[Model]:
+    """The listener nodes in ``model`` (a component's model, or None) that listen to the ``elmo`` component named
+    ``upstream`` (theirs: that name or ``"*"``)."""
+    nodes = model.walk() if isinstance(model, Model) else []
+    return [node for node in nodes if is_listener(node) and upstream_name(node) in ("*", upstream)]
+
+
 def batch_id(docs: List[Doc]) -> int:
     """A content hash of a batch, to check that the listener is asked about the batch it received."""
     return sum(sum(token.orth for token in doc) for doc in docs)
@@ -144,6 +153,52 @@ def take_layers(node: Model, doc: Doc) -> Optional[Floats3d]:
         if layers is not None:
             return layers
     return None
+
+
+def set_listener_dims(listener: Model, bilm: Model) -> None:
+    """Tell ``listener`` the size of the loaded biLM ``bilm``: its width ``nO`` and number of layers ``nL``."""
+    for dim in ("nO", "nL"):
+        listener.set_dim(dim, bilm.get_dim(dim), force=True)
+
+
+def send_training_batch(
+    listeners: Sequence[Model],
+    docs: List[Doc],
+    layers: List[Floats3d],
+    backprop: Callable,
+    losses: Dict[str, float],
+    name: str,
+    finish: Optional[Callable[[], None]] = None,
+) -> None:
+    """Give every listener a training batch's layers and the way back to the biLM (of the component ``name``).
+
+    A frozen biLM's :func:`frozen_backprop` goes to each as it is, and their backprop stops at their mixes. For a
+    biLM being fine-tuned the listeners' gradients are summed, each adding its squared norm to ``losses[name]``; the
+    last listener's backprop then runs ``backprop`` on the sum, and ``finish`` (the optimizer's step) after it.
+    """
+    batch = batch_id(docs)
+    if backprop is frozen_backprop:
+        for listener in listeners:
+            listener_state(listener).receive(batch, layers, frozen_backprop)
+        return
+    d_layers = [listeners[-1].ops.alloc(x.shape, dtype=x.dtype) for x in layers]
+
+    def accumulate(one_d_layers: List[Floats3d]) -> List[Doc]:
+        for total, part in zip(d_layers, one_d_layers):
+            total += part
+            losses[name] += float((part**2).sum())
+        return []
+
+    def backprop_all(one_d_layers: List[Floats3d]) -> List[Doc]:
+        accumulate(one_d_layers)
+        backprop(d_layers)
+        if finish is not None:
+            finish()
+        return []
+
+    for listener in listeners[:-1]:
+        listener_state(listener).receive(batch, layers, accumulate)
+    listener_state(listeners[-1]).receive(batch, layers, backprop_all)
 
 
 def _listener_init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
@@ -200,7 +255,7 @@ def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Li
 def _mix_head(
     source: Model, layer_norm: bool, dropout: float, l2: float, embed: Optional[TokVecModel]
 ) -> TokVecModel:
-    mixed = build_scalar_mix(source, layer_norm=layer_norm, dropout=dropout, l2=l2)
+    mixed = build_listener_mix(source, layer_norm=layer_norm, dropout=dropout, l2=l2)
     return mixed if embed is None else concatenate(mixed, embed)
 
 
@@ -247,6 +302,13 @@ def build_elmo_embedding_v2(
     arguments = locals()  # the owner's settings are parameters of the same name
     configure_bilm_model(bilm, **{key: arguments[key] for key in (*OWNER_SETTINGS, "lang")})
     return _mix_head(bilm, layer_norm, dropout, l2, embed)
+
+
+def offer_replace_listeners(bilm: Model, settings: BiLmSettings) -> None:
+    """Give ``Language.replace_listeners`` what it needs to swap a listener for a copy of ``bilm``, the model of an
+    ``elmo`` component whose biLM has ``settings`` (call again when they change)."""
+    bilm.attrs["replace_listener"] = replace_listener
+    bilm.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, settings)
 
 
 def replace_listener(bilm_copy: Model, listener: Model, pipe: Any) -> Model:

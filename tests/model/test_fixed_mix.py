@@ -1,8 +1,10 @@
-"""A fixed mix's weights must fit the biLM: one per layer (the token layer and each LSTM layer)."""
+"""A fixed mix's weights: "average" and "top" as their names say, and a list only with one weight per layer of the
+biLM (the token layer and each LSTM layer)."""
+import numpy as np
 import pytest
 
 from spacy_elmo.errors import ElmoSettingsError
-from spacy_elmo.model.fixed_mix import check_mix_fits
+from spacy_elmo.model.fixed_mix import check_mix_fits, fixed_mix_weights
 
 
 @pytest.mark.parametrize("mix, n_layers", [([0.5, 0.5], 3), ([0.25] * 4, 3), ([1.0, 0.0, 0.0], 2)])
@@ -14,3 +16,10 @@ def test_a_list_of_another_length_than_the_layers_is_refused_naming_both_counts(
 @pytest.mark.parametrize("mix, n_layers", [([0.2, 0.3, 0.5], 3), ((1.0, 0.0), 2), ("top", 3), ("average", 7)])
 def test_one_weight_per_layer_or_a_name_fits(mix, n_layers):
     check_mix_fits(mix, n_layers)
+
+
+def test_average_and_top_are_the_weights_their_names_say():
+    np.testing.assert_allclose(fixed_mix_weights("average", 4), [0.25] * 4)
+    np.testing.assert_array_equal(fixed_mix_weights("top", 3), [0, 0, 1])
+    with pytest.raises(ValueError, match="give 3 weights"):
+        fixed_mix_weights([1.0], 3)

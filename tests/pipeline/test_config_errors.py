@@ -169,3 +169,12 @@ def test_a_setting_the_component_does_not_take_is_one_line_saying_where_it_belon
         Elmo(spacy.blank("en").vocab, model, **{key: "bf16"})
     assert isinstance(caught.value, ElmoSettingsError)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("key", ["precison", "precision"])
+def test_add_pipe_refuses_a_key_the_factory_does_not_take_before_building_anything(key):
+    """confection (spaCy 3.8's config system) checks a factory's keys against its signature before calling it, with
+    no hook for a factory's own message: the component never sees such a key, so it must at least be refused, by
+    name, before anything is built, and not ignored."""
+    with pytest.raises(ConfigValidationError, match=rf"elmo -> {key}\s+unexpected argument: '{key}'"):
+        spacy.blank("en").add_pipe("elmo", config={key: "bf16"})

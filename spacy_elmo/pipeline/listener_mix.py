@@ -18,7 +18,7 @@ from .config_types import check_dropout, check_l2
 LAYER_NORM_EPS = 1e-12
 
 
-def build_scalar_mix(
+def build_listener_mix(
     source: Model[List[Doc], List[Floats3d]], *, layer_norm: bool = False, dropout: float = 0.0, l2: float = 0.0
 ) -> Model[List[Doc], List[Floats2d]]:
     """A trainable mix of the layers ``source`` gives for each Doc; ``nO`` and ``nL`` come from ``source``.

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.scalar_mix_reference import ScalarMix
+from tests.pipeline.listener_mix_reference import ScalarMix
 
 
 def test_default_mix_is_the_mean_of_the_layers():

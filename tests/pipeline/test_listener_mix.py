@@ -1,4 +1,4 @@
-"""The listener's scalar mix against the tests' torch ``ScalarMix`` (autograd), and the fixed mixes."""
+"""The listener's scalar mix against the tests' torch ``ScalarMix`` (autograd)."""
 from typing import List
 
 import numpy as np
@@ -8,11 +8,10 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Model
 
-from spacy_elmo.model.fixed_mix import fixed_mix_weights
 from spacy_elmo.pipeline.architectures import frozen_backprop
-from spacy_elmo.pipeline.scalar_mix import build_scalar_mix
+from spacy_elmo.pipeline.listener_mix import build_listener_mix
 
-from tests.scalar_mix_reference import ScalarMix
+from tests.pipeline.listener_mix_reference import ScalarMix
 
 N_LAYERS, DIM = 3, 5
 
@@ -30,7 +29,7 @@ def layer_source(layers: List[np.ndarray], frozen: bool, received: list) -> Mode
 
 def run_mix(layers, d_outputs, *, layer_norm, l2=0.0, scalars=None, gamma=1.0, frozen=False):
     received: list = []
-    mix = build_scalar_mix(layer_source(layers, frozen, received), layer_norm=layer_norm, l2=l2)
+    mix = build_listener_mix(layer_source(layers, frozen, received), layer_norm=layer_norm, l2=l2)
     mix.initialize()
     if scalars is not None:
         mix.set_param("scalars", np.asarray(scalars, dtype=np.float32))
@@ -74,16 +73,9 @@ def test_l2_adds_its_gradient_and_a_frozen_source_gets_none():
 def test_dropout_zeroes_or_rescales_during_training_only():
     layers = [np.ones((N_LAYERS, 50, DIM), dtype=np.float32)]
     source = layer_source(layers, frozen=True, received=[])
-    mix = build_scalar_mix(source, dropout=0.5)
+    mix = build_listener_mix(source, dropout=0.5)
     mix.initialize()
     doc = [Doc(Vocab())]
     (trained,), _ = mix.begin_update(doc)
     assert set(np.unique(trained)) == {0.0, 2.0}
     np.testing.assert_array_equal(mix.predict(doc)[0], np.ones((50, DIM)))
-
-
-def test_fixed_mix_weights():
-    np.testing.assert_allclose(fixed_mix_weights("average", 4), [0.25] * 4)
-    np.testing.assert_array_equal(fixed_mix_weights("top", 3), [0, 0, 1])
-    with pytest.raises(ValueError, match="give 3 weights"):
-        fixed_mix_weights([1.0], 3)

@@ -1,6 +1,6 @@
 """A torch scalar mix, ``gamma * sum_j softmax(s)_j * h_j`` (Peters et al. 2018, eq. 1), as bilm-tf computes it.
 
-The tests' reference for the listener's thinc mix (``spacy_elmo.pipeline.scalar_mix``), whose gradients are
+The tests' reference for the listener's thinc mix (``spacy_elmo.pipeline.listener_mix``), whose gradients are
 written by hand: this one's come from autograd. Not part of the package.
 """
 from typing import Optional, Sequence
