@@ -9,7 +9,7 @@ from thinc.api import PyTorchShim, get_torch_default_device
 
 from ..errors import ElmoWeightsError
 from ..model.encoder import ElmoEncoder
-from ..model.batch_encoder import BatchEncoder
+from ..model.segment_encoder import SegmentEncoder
 from ..model.options import ElmoOptions
 from ..runtime import BiLmSettings, ElmoRuntime
 from ..formats.weights import bilm_from_bytes, storage_dtype, weights_to_bytes
@@ -26,16 +26,16 @@ class ElmoShim(PyTorchShim):
     """
 
     def __init__(self, runtime: Optional[ElmoRuntime] = None):
-        super().__init__(None if runtime is None else runtime.batches)
+        super().__init__(None if runtime is None else runtime.segment_encoder)
         self.runtime = runtime
 
     @property
-    def module(self) -> Optional[BatchEncoder]:
+    def module(self) -> Optional[SegmentEncoder]:
         return self._model
 
     def set_runtime(self, runtime: ElmoRuntime) -> None:
         self.runtime = runtime
-        self._model = runtime.batches
+        self._model = runtime.segment_encoder
 
     @property
     def device(self):

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 
 from ..formats.weights import load_files
-from ..model.batch_encoder import BatchEncoder
+from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.resolve import DEFAULT_LANG, model_files
-from ..util.batcher import RequestBatcher
+from ..util.request_batcher import RequestBatcher
 from ..util.files import PathLike
 from .devices import check_device
 from .settings import BiLmSettings
@@ -54,7 +54,7 @@ class ElmoRuntime:
 
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
         self.encoder = encoder.eval()
-        self.batches = BatchEncoder(encoder)
+        self.segment_encoder = SegmentEncoder(encoder)
         self.batcher = RequestBatcher(self._run, settings.batch_wait_ms, padded=True)
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
@@ -91,8 +91,8 @@ class ElmoRuntime:
             encoder.initial_state = new.initial_state
             encoder.weights_changed()
         if old is None or new.stateful != old.stateful:
-            self.batches.stateful = new.stateful
-            self.batches.carried.reset()
+            self.segment_encoder.stateful = new.stateful
+            self.segment_encoder.carried.reset()
         if old is None or new.cache_size != old.cache_size:
             encoder.set_cache_size(new.cache_size)
         if old is None or new.precision != old.precision:
@@ -173,7 +173,7 @@ class ElmoRuntime:
         for mix, members in groups.items():
             words = [item.words for item in members]
             with torch.inference_mode():
-                out = self.batches(words, cap, None if mix is None else self._mix_tensor(mix))
+                out = self.segment_encoder(words, cap, None if mix is None else self._mix_tensor(mix))
                 host = out.float().cpu().numpy()  # the one host transfer of this run
             for item, piece in zip(members, _split(host, [len(w) for w in words])):
                 item.out[...] = piece
@@ -198,7 +198,7 @@ class ElmoRuntime:
 
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (stateful mode): the next call starts afresh."""
-        self.batches.carried.reset()
+        self.segment_encoder.carried.reset()
 
     def fill_cache(self, words: Iterable[str]) -> None:
         """Pre-fill the token cache (``cache_size`` > 0) from ``words``, most frequent first, until it is full."""

@@ -11,7 +11,7 @@ import weakref
 
 import pytest
 
-from spacy_elmo.util.batcher import RequestBatcher
+from spacy_elmo.util.request_batcher import RequestBatcher
 
 from tests.conftest import JOIN_TIMEOUT, interrupt_main_thread, join_threads, start_threads, wait_until
 

@@ -6,13 +6,13 @@ import torch
 from torch import nn
 
 from .options import ElmoOptions
-from .batching import length_batches
+from .batch_cost import length_batches
 from .carried_state import CarriedState
 from .encoder import ElmoEncoder
 from .lstm import LayerOutput, MixOutput
 
 
-class BatchEncoder(nn.Module):
+class SegmentEncoder(nn.Module):
     """Runs an :class:`ElmoEncoder` over many segments and packs the results along one token axis.
 
     Batches are formed by :func:`length_batches` (sorted by length, ``max_batch_tokens`` padded
