@@ -50,7 +50,7 @@ def queue_behind_a_running_call(
         work = (lambda items: batcher(items, **options) + batcher(again, **options)) if last else (
             lambda items: batcher(items, **options))
         threads += start_threads(work, [items], answers)[0]
-        wait_until(lambda n=n: len(batcher._queue) == n)  # queued in this order (the running call is still queued)
+        wait_until(lambda n=n: batcher.waiting_calls == n)  # queued in this order (the running call is still queued)
     run.release.set()
     join_threads(threads)
     return answers
@@ -138,7 +138,7 @@ def test_calls_that_do_not_merge_run_alone_whole_and_in_turn_by_their_own_thread
     threads, got = [], {}
     for n, (items, merge) in enumerate([(before, True), (alone, False), (after, True)], start=2):
         threads += start_threads(lambda items, merge=merge: batcher(items, merge=merge), [items], got)[0]
-        wait_until(lambda n=n: len(batcher._queue) == n)
+        wait_until(lambda n=n: batcher.waiting_calls == n)
     run.release.set()
     join_threads(first + threads)
     assert run.calls == [[0], [1, 2], [3], list(alone), [9]]
@@ -164,11 +164,11 @@ def test_after_a_merged_batch_the_next_leader_waits_for_as_many_calls_to_join():
     first, answers = start_threads(lambda x: batcher([x])[0], [0])
     wait_until(lambda: len(run.calls) == 1)
     merged, more = start_threads(lambda x: batcher([x])[0], [1, 2, 3])
-    wait_until(lambda: len(batcher._queue) == 4)
+    wait_until(lambda: batcher.waiting_calls == 4)
     run.release.set()
     join_threads(first + merged)
     leader, late = start_threads(lambda x: batcher([x])[0], [4])
-    wait_until(lambda: batcher._leading)  # 4 leads, waiting for three calls as the batch before held
+    wait_until(lambda: batcher.leading)  # 4 leads, waiting for three calls as the batch before held
     joining, last = start_threads(lambda x: batcher([x])[0], [5, 6])
     join_threads(leader + joining)
     assert [sorted(c) for c in run.calls] == [[0], [1, 2, 3], [4, 5, 6]]
@@ -200,10 +200,13 @@ def test_with_padded_costs_a_long_call_and_a_short_one_take_turns_instead_of_sha
     assert answers == {items: serial(items) for items in [(0,), long_call, short_call]}
 
 
-def test_a_call_alone_runs_full_batches_until_calls_meet_and_then_grows_them_from_the_shared_budget():
+@pytest.mark.parametrize("hold_s, after_meeting", [(0.0, [2, 4, 8, 16, 10]), (LONG_WAIT_MS, [2] * 20)])
+def test_a_call_alone_runs_full_batches_until_calls_meet_then_shared_ones_while_held(hold_s, after_meeting):
+    """Before calls meet, a call alone runs batches of max_batch_cost; after, batches of shared_batch_cost while the
+    hold lasts (a hold longer than the test: every batch), then doubling from it (no hold: at once)."""
     run = BlockingRun()
     run.release.set()  # the first call runs without blocking
-    batcher = RequestBatcher(run, max_batch_cost=16, shared_batch_cost=2)
+    batcher = RequestBatcher(run, max_batch_cost=16, shared_batch_cost=2, hold_s=hold_s)
     assert batcher(list(range(100, 130))) == serial(range(100, 130))
     assert [len(batch) for batch in run.calls] == [16, 14]  # the first call ran alone before anything was shared
     run.calls.clear()
@@ -211,7 +214,7 @@ def test_a_call_alone_runs_full_batches_until_calls_meet_and_then_grows_them_fro
     queue_behind_a_running_call(batcher, run, [(1,), (2,)])
     assert [sorted(batch) for batch in run.calls] == [[0], [1, 2]]
     assert batcher(list(range(200, 240))) == serial(range(200, 240))
-    assert [len(batch) for batch in run.calls[2:]] == [2, 4, 8, 16, 10]
+    assert [len(batch) for batch in run.calls[2:]] == after_meeting
 
 
 def test_the_batcher_keeps_no_result_of_a_call_that_returned():
@@ -243,7 +246,7 @@ def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batch
     threading.Timer(0.5, interrupt_main_thread).start()
     with pytest.raises(KeyboardInterrupt):
         batcher([1])
-    assert [call.items for call in batcher._queue] == [[0]]
+    assert batcher.waiting_calls == 1  # the running call alone
     run.release.set()
     join_threads(first)
     assert answers[0] == 0 and batcher([2]) == [20] and run.calls == [[0], [2]]
@@ -252,4 +255,4 @@ def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batch
 def test_a_copy_of_a_batcher_has_its_own_empty_queue():
     batcher = RequestBatcher(serial, wait_ms=2, max_batch_cost=5)
     twin = pickle.loads(pickle.dumps(batcher))
-    assert (twin.wait_ms, twin.max_batch_cost, twin._queue) == (2.0, 5, []) and twin([1, 2]) == [10, 20]
+    assert (twin.wait_ms, twin.max_batch_cost, twin.waiting_calls) == (2.0, 5, 0) and twin([1, 2]) == [10, 20]

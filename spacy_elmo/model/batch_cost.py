@@ -1,38 +1,47 @@
-"""Sentences grouped into biLM batches under a cap on padded tokens.
+"""What a biLM batch costs, and one call's sentences grouped into batches under a cap on it.
 
-A batch costs ``rows * longest row``, each row padded with the ``<S>`` and ``</S>`` marks, so
-the cap bounds the memory of one biLM call however long the sentences are.
+A batch costs ``rows * longest row`` padded tokens, each row a sentence with its ``<S>`` and ``</S>`` marks
+(:func:`row_tokens`; the padded cost itself is :func:`~spacy_elmo.util.batch_planner.batch_cost`), so the cap bounds
+the memory of one biLM call however long the sentences are. The request batcher plans the runtime's batches with
+the same planner and costs; :func:`length_batches` is that plan for one call alone (training, evaluation).
 """
 from typing import List, Sequence
 
 import numpy as np
+
+from ..util.batch_planner import Budgets, Turns, Waiting, plan_batch
 
 BOUNDARY_TOKENS = 2  # <S> and </S> around every sentence
 # Padded tokens per biLM batch by default (the ``elmo`` component's biLM block, ``ElmoEmbedder``).
 DEFAULT_MAX_BATCH_TOKENS = 4096
 
 
+def row_tokens(length: int) -> int:
+    """A sentence of ``length`` tokens as a batch row: with its boundary marks."""
+    return length + BOUNDARY_TOKENS
+
+
+def longest_first(lengths: Sequence[int]) -> List[int]:
+    """Indices of ``lengths``, longest first (ties in their order), so that sentences of similar length share a
+    batch and little of it is padding."""
+    return np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable").tolist()
+
+
 def length_batches(lengths: Sequence[int], max_batch_tokens: int, keep_order: bool = False) -> List[List[int]]:
     """Indices of ``lengths`` in groups whose ``size * (longest + 2)`` stays within ``max_batch_tokens``.
 
-    Sorted longest first, so that sentences of similar length share a batch and little is padding;
-    with ``keep_order`` the indices stay in their given order (the stateful mode, where batch row
+    Longest first; with ``keep_order`` the indices stay in their given order (the stateful mode, where batch row
     ``r`` continues row ``r`` of the batch before). A sentence longer than the cap is a batch alone.
     """
-    if keep_order:
-        order = list(range(len(lengths)))
-    else:
-        order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable").tolist()
+    order = list(range(len(lengths))) if keep_order else longest_first(lengths)
+    costs = [row_tokens(lengths[i]) for i in order]
+    budgets = Budgets(most=max_batch_tokens, padded=True)
     batches: List[List[int]] = []
-    current: List[int] = []
-    longest = 0
-    for i in order:
-        padded = lengths[i] + BOUNDARY_TOKENS
-        if current and (len(current) + 1) * max(longest, padded) > max_batch_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, padded)
-    if current:
-        batches.append(current)
+    at = 0
+    while at < len(order):
+        # a batch holds at most max_batch_tokens rows: the planner needs to see no more
+        plan = plan_batch([Waiting(0, costs[at : at + max_batch_tokens])], Turns(), budgets, now=0.0)
+        count = plan.shares[0][1]
+        batches.append(order[at : at + count])
+        at += count
     return batches

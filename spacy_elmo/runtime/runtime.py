@@ -7,13 +7,13 @@ request batcher and the thread setting. It is built once per model and changed o
 settings is decided per call.
 """
 import os
-import sys
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from ..formats.weights import load_files
+from ..model.batch_cost import length_batches, longest_first, row_tokens
 from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
@@ -128,9 +128,9 @@ class ElmoRuntime:
     def _submit(
         self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights], joined: Optional[Sequence[int]]
     ) -> List[np.ndarray]:
-        """The arrays of a call, filled through the batcher when calls are merged or ordered. A stateless call's
-        segments go longest first, so that the pieces the batcher cuts hold segments of similar lengths (little
-        padding)."""
+        """The arrays of a call, filled by biLM runs that the request batcher plans (a stateful call: one run, in
+        its turn; without ``batch_requests``: this call's own runs, planned the same way). A stateless call's segments
+        go longest first, so that the runs cut from it hold segments of similar lengths (little padding)."""
         outputs, places = self._outputs([len(words) for words in segments], mix, joined)
         if not segments:
             return outputs
@@ -138,10 +138,10 @@ class ElmoRuntime:
         if self.settings.stateful:
             self.batcher(items, merge=False)
         elif not self.settings.batch_requests:
-            self._run(items)
+            for run in length_batches([len(words) for words in segments], self.settings.max_batch_tokens):
+                self._run([items[i] for i in run])
         else:
-            order = np.argsort([-len(words) for words in segments], kind="stable")
-            self.batcher([items[i] for i in order], cost=_segment_cost)
+            self.batcher([items[i] for i in longest_first([len(words) for words in segments])], cost=_segment_cost)
         return outputs
 
     def _outputs(
@@ -163,17 +163,16 @@ class ElmoRuntime:
         return outputs, places
 
     def _run(self, items: List[Segment]) -> List[np.ndarray]:
-        """Computes ``items`` into their arrays (one biLM run per distinct mix; a stateful call is one biLM batch)
-        and gives those rows back."""
+        """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
+        batch's budget) and gives those rows back."""
         self._use_threads()
         groups: Dict[Optional[MixWeights], List[Segment]] = {}
         for item in items:
             groups.setdefault(item.mix, []).append(item)
-        cap = sys.maxsize if self.settings.stateful else self.settings.max_batch_tokens
         for mix, members in groups.items():
             words = [item.words for item in members]
             with torch.inference_mode():
-                out = self.segment_encoder(words, cap, None if mix is None else self._mix_tensor(mix))
+                out = self.segment_encoder(words, None, None if mix is None else self._mix_tensor(mix))
                 host = out.float().cpu().numpy()  # the one host transfer of this run
             for item, piece in zip(members, _split(host, [len(w) for w in words])):
                 item.out[...] = piece
@@ -223,9 +222,8 @@ def load_encoder(
 
 
 def _segment_cost(segment: Segment) -> int:
-    """What a segment costs a biLM batch: its tokens and the two sentence boundaries (a batch costs its rows times
-    the longest row: see ``length_batches``)."""
-    return len(segment.words) + 2
+    """What a segment costs a biLM batch: its row, boundaries included (a batch costs its rows times the longest)."""
+    return row_tokens(len(segment.words))
 
 
 def _split(host: np.ndarray, lengths: List[int]) -> List[np.ndarray]:
