@@ -11,6 +11,7 @@ import weakref
 
 import pytest
 
+from spacy_elmo.util.cancel import CallCancelled, CancelHandle
 from spacy_elmo.util.request_batcher import RequestBatcher
 
 from tests.conftest import JOIN_TIMEOUT, interrupt_main_thread, join_threads, start_threads, wait_until
@@ -256,3 +257,57 @@ def test_a_copy_of_a_batcher_has_its_own_empty_queue():
     batcher = RequestBatcher(serial, wait_ms=2, max_batch_cost=5)
     twin = pickle.loads(pickle.dumps(batcher))
     assert (twin.wait_ms, twin.max_batch_cost, twin.waiting_calls) == (2.0, 5, 0) and twin([1, 2]) == [10, 20]
+
+
+def test_a_waiting_call_cancelled_from_another_thread_raises_and_its_items_never_run():
+    run = BlockingRun()
+    batcher = RequestBatcher(run)
+    handle = CancelHandle()
+
+    def cancellable(items):
+        with handle.scope():
+            return batcher(items)
+
+    threads, answers = start_threads(lambda x: batcher([x])[0], [0])
+    wait_until(lambda: len(run.calls) == 1)
+    threads += start_threads(cancellable, [(1, 2)], answers)[0]
+    threads += start_threads(lambda x: batcher([x])[0], [3], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 3)
+    handle.cancel()
+    wait_until(lambda: batcher.waiting_calls == 2)
+    run.release.set()
+    join_threads(threads)
+    assert isinstance(answers[(1, 2)], CallCancelled) and (answers[0], answers[3]) == (0, 30)
+    assert run.calls == [[0], [3]] and batcher.calls_cancelled == 1
+
+
+def test_a_long_call_cancelled_while_its_batch_runs_stops_after_it_and_the_batch_answers_the_others():
+    """The long call leads the blocked first batch (its first 4 items); cancelled then, that batch still runs, and
+    none of its 16 other items ever does; a call queued meanwhile is answered."""
+    run = BlockingRun()
+    batcher = RequestBatcher(run, max_batch_cost=4)
+    handle = CancelHandle()
+
+    def cancellable(items):
+        with handle.scope():
+            return batcher(items)
+
+    long_call = tuple(range(100, 120))
+    threads, answers = start_threads(cancellable, [long_call])
+    wait_until(lambda: len(run.calls) == 1)
+    threads += start_threads(lambda x: batcher([x])[0], [1], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 2)
+    handle.cancel()
+    run.release.set()
+    join_threads(threads)
+    assert isinstance(answers[long_call], CallCancelled) and answers[1] == 10
+    assert run.calls == [[100, 101, 102, 103], [1]] and batcher.items_run == 5
+
+
+def test_a_call_in_the_scope_of_a_cancelled_handle_raises_at_once():
+    batcher = RequestBatcher(serial)
+    handle = CancelHandle()
+    handle.cancel()
+    with handle.scope(), pytest.raises(CallCancelled):
+        batcher([1, 2])
+    assert batcher.batches_run == 0 and batcher([3]) == [30]

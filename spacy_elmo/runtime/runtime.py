@@ -19,6 +19,7 @@ from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.resolve import DEFAULT_LANG, model_files
 from ..util.request_batcher import RequestBatcher
+from ..util.cancel import CallCancelled, current_handle
 from ..util.files import PathLike
 from .devices import check_device
 from .settings import BiLmSettings
@@ -44,7 +45,8 @@ class ElmoRuntime:
     biLM run copies its rows straight into them (one host transfer per run), so nothing is stitched afterwards and
     no result keeps a run's buffers alive.
     Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
-    vectors; a stateful biLM runs one call at a time, in order, each call one biLM batch (row ``r`` of a call
+    vectors; a call made inside a :class:`~spacy_elmo.util.cancel.CancelHandle`'s scope stops, when the handle is
+    cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs one call at a time, in order, each call one biLM batch (row ``r`` of a call
     continues row ``r`` of the call before, as in AllenNLP).
 
     Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
@@ -139,6 +141,7 @@ class ElmoRuntime:
             self.batcher(items, merge=False)
         elif not self.settings.batch_requests:
             for run in length_batches([len(words) for words in segments], self.settings.max_batch_tokens):
+                _check_cancelled()
                 self._run([items[i] for i in run])
         else:
             self.batcher([items[i] for i in longest_first([len(words) for words in segments])], cost=_segment_cost)
@@ -219,6 +222,13 @@ def load_encoder(
     neither: the model embedded for ``lang``) on ``device`` (checked first; default the CPU)."""
     target = check_device(str(device or "cpu"))
     return ElmoEncoder(load_files(*model_files(options_file, weight_file, lang))).to(target)
+
+
+def _check_cancelled() -> None:
+    """Raise :class:`CallCancelled` if the :class:`CancelHandle` whose scope this thread is in was cancelled."""
+    handle = current_handle()
+    if handle is not None and handle.cancelled:
+        raise CallCancelled()
 
 
 def _segment_cost(segment: Segment) -> int:

@@ -16,6 +16,9 @@ from typing import Callable, Iterator, List, Optional
 class CallCancelled(Exception):
     """The call was cancelled through its :class:`CancelHandle`; its items not yet run never ran."""
 
+    def __init__(self, message: str = "the call was cancelled: its items not yet run were dropped"):
+        super().__init__(message)
+
 
 class CancelHandle:
     """Cancels, from any thread, the calls made inside :meth:`scope` (in the thread, or task, that entered it).

@@ -249,7 +249,7 @@ class RequestBatcher:
         """``request`` cancelled from another thread: done, with :class:`CallCancelled` for its caller."""
         with self._ready:
             if not request.done:
-                request.error = CallCancelled("the call was cancelled; its items not yet run were dropped")
+                request.error = CallCancelled()
                 self.calls_cancelled += 1
                 self._finish(request)
 
