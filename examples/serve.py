@@ -106,6 +106,8 @@ def health() -> dict:
 
 @app.get("/stats")
 def stats() -> dict:
-    """What the biLM has done: batches run, segments (sentences or windows) run, calls cancelled, calls waiting."""
+    """What the biLM has done: batches run, segments (sentences or windows) run, calls cancelled; and now: calls
+    waiting, and whether a batch is running."""
     return {"batches_run": batcher.batches_run, "items_run": batcher.items_run,
-            "calls_cancelled": batcher.calls_cancelled, "waiting_calls": batcher.waiting_calls}
+            "calls_cancelled": batcher.calls_cancelled, "waiting_calls": batcher.waiting_calls,
+            "running": batcher.leading}

@@ -311,3 +311,28 @@ def test_a_call_in_the_scope_of_a_cancelled_handle_raises_at_once():
     with handle.scope(), pytest.raises(CallCancelled):
         batcher([1, 2])
     assert batcher.batches_run == 0 and batcher([3]) == [30]
+
+
+def test_a_leader_cancelled_while_it_waits_for_joiners_lets_the_next_call_lead():
+    """After a merged batch the next leader waits for calls to join; cancelled then, it runs nothing, and a call
+    arriving after it is served."""
+    run = BlockingRun()
+    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
+    first, answers = start_threads(lambda x: batcher([x])[0], [0])
+    wait_until(lambda: len(run.calls) == 1)
+    merged, _ = start_threads(lambda x: batcher([x])[0], [1, 2])
+    wait_until(lambda: batcher.waiting_calls == 3)
+    run.release.set()
+    join_threads(first + merged)
+    handle = CancelHandle()
+
+    def cancellable(x):
+        with handle.scope():
+            return batcher([x])
+
+    leader, got = start_threads(cancellable, [4])
+    wait_until(lambda: batcher.leading)
+    handle.cancel()
+    join_threads(leader)
+    assert isinstance(got[4], CallCancelled) and batcher([5]) == [50]
+    assert [sorted(c) for c in run.calls] == [[0], [1, 2], [5]]

@@ -169,8 +169,13 @@ class RequestBatcher:
                 return False
             self._leader = request
             if self._queue[0].merge:
-                self._wait_for_joiners()
-            plan = plan_batch([call.waiting(self.max_batch_cost) for call in self._queue], self._turns, self._budgets(), time.monotonic())
+                self._wait_for_joiners(request)
+                if request.done or not self._open_to(request):  # cancelled, or a call before it withdrew, meanwhile
+                    self._leader = None
+                    self._ready.notify_all()
+                    return not request.done
+            waiting = [call.waiting(self.max_batch_cost) for call in self._queue]
+            plan = plan_batch(waiting, self._turns, self._budgets(), time.monotonic())
             batch = self._bind(plan)
         outcomes = self._run_batch(batch)
         with self._ready:
@@ -186,16 +191,21 @@ class RequestBatcher:
         return [(calls[key], calls[key].next, calls[key].next + count) for key, count in plan.shares]
 
     def _may_lead(self, request: _Request) -> bool:
-        """Nobody leads, and ``request``'s thread may run the next batch: it is not another thread's ``merge=False``
-        call, which only its own caller runs."""
-        return self._leader is None and (self._queue[0].merge or self._queue[0] is request)
+        """Nobody leads, and ``request``'s thread may run the next batch."""
+        return self._leader is None and self._open_to(request)
 
-    def _wait_for_joiners(self) -> None:
+    def _open_to(self, request: _Request) -> bool:
+        """The next batch is not another thread's ``merge=False`` call, which only its own caller runs (``request`` is
+        queued)."""
+        return self._queue[0].merge or self._queue[0] is request
+
+    def _wait_for_joiners(self, request: _Request) -> None:
         """After a batch of several calls, wait up to ``wait_ms`` for as many to queue (also when a long call would fill
-        the budget alone: the callers just answered then share the next batch instead of waiting for one more)."""
+        the budget alone: the callers just answered then share the next batch instead of waiting for one more), unless
+        the leader's own ``request`` is cancelled meanwhile."""
         deadline = time.monotonic() + self.wait_ms / 1000
         wanted = len(self._turns.last)
-        while len(self._merging()) < wanted and (left := deadline - time.monotonic()) > 0:
+        while not request.done and len(self._merging()) < wanted and (left := deadline - time.monotonic()) > 0:
             self._ready.wait(left)
 
     def _merging(self) -> List[_Request]:
