@@ -314,8 +314,8 @@ def test_a_call_in_the_scope_of_a_cancelled_handle_raises_at_once():
 
 
 def test_a_leader_cancelled_while_it_waits_for_joiners_lets_the_next_call_lead():
-    """After a merged batch the next leader waits for calls to join; cancelled then, it runs nothing, and a call
-    arriving after it is served."""
+    """After a merged batch of two the next leader waits for two calls; cancelled then, it runs nothing, and the two
+    calls arriving after it are served together."""
     run = BlockingRun()
     batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
     first, answers = start_threads(lambda x: batcher([x])[0], [0])
@@ -334,5 +334,7 @@ def test_a_leader_cancelled_while_it_waits_for_joiners_lets_the_next_call_lead()
     wait_until(lambda: batcher.leading)
     handle.cancel()
     join_threads(leader)
-    assert isinstance(got[4], CallCancelled) and batcher([5]) == [50]
-    assert [sorted(c) for c in run.calls] == [[0], [1, 2], [5]]
+    after, later = start_threads(lambda x: batcher([x])[0], [5, 6])
+    join_threads(after)
+    assert isinstance(got[4], CallCancelled) and (later[5], later[6]) == (50, 60)
+    assert [sorted(c) for c in run.calls] == [[0], [1, 2], [5, 6]]

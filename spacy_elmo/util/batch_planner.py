@@ -45,16 +45,19 @@ class Waiting:
 @dataclass(frozen=True)
 class Turns:
     """What the planner carries from one batch to the next: the calls that had a share of the batch before (served
-    after the others), when calls last waited together (None: never) and how many batches a call has had alone
-    since the hold after that ran out.
+    after the others), whether calls have ever waited together, the last time there was traffic (calls waiting
+    together, or a batch for another call than the batch before: a new call) and how many batches a call has had
+    alone since the hold after that ran out.
 
     Before calls ever meet (a script), a call runs batches of ``Budgets.most``, the same pieces whatever ran
-    before. While calls wait together, and for ``Budgets.hold_s`` after, every batch keeps to ``Budgets.shared``, so
-    that a short call arriving in a service's traffic, however light, waits at most one shared-size batch behind a
-    long one; then a call alone doubles its batches with each one it runs, up to ``Budgets.most``."""
+    before. Once they have (a service), every batch keeps to ``Budgets.shared`` while there is traffic and for
+    ``Budgets.hold_s`` after, so that a short call arriving in a service's traffic, however light, waits at most one
+    shared-size batch behind a long one; then a call alone doubles its batches with each one it runs, up to
+    ``Budgets.most``."""
 
     last: Tuple[Hashable, ...] = ()
-    met_at: Optional[float] = None
+    met: bool = False
+    traffic_at: Optional[float] = None
     lone_runs: int = 0
 
 
@@ -75,10 +78,14 @@ def batch_cost(rows: int, largest: int, total: int, padded: bool) -> int:
 def budget(budgets: Budgets, turns: Turns, now: float) -> float:
     """The bound of the next batch, planned at ``now`` after ``turns`` (see :class:`Turns`)."""
     most = math.inf if budgets.most is None else budgets.most
-    if budgets.shared is None or turns.met_at is None:
+    if budgets.shared is None or not turns.met:
         return most
-    held = now - turns.met_at < budgets.hold_s
-    return min(most, budgets.shared * (1 if held else 2 ** min(turns.lone_runs, 64)))
+    return min(most, budgets.shared * (1 if _held(budgets, turns, now) else 2 ** min(turns.lone_runs, 64)))
+
+
+def _held(budgets: Budgets, turns: Turns, now: float) -> bool:
+    """There was traffic less than ``hold_s`` ago."""
+    return turns.traffic_at is not None and now - turns.traffic_at < budgets.hold_s
 
 
 def plan_batch(waiting: Sequence[Waiting], turns: Turns, budgets: Budgets, now: float) -> Plan:
@@ -94,16 +101,15 @@ def plan_batch(waiting: Sequence[Waiting], turns: Turns, budgets: Budgets, now: 
         return Plan((), turns)
     head = waiting[0]
     if not head.merge:
-        return Plan(((head.key, len(head.costs)),), Turns((), turns.met_at, turns.lone_runs))
+        return Plan(((head.key, len(head.costs)),), Turns((), turns.met, turns.traffic_at, turns.lone_runs))
     end = next((i for i, call in enumerate(waiting) if not call.merge), len(waiting))
     served = set(turns.last)
     calls = [c for c in waiting[:end] if c.key not in served] + [c for c in waiting[:end] if c.key in served]
     together = len(calls) > 1
-    if together:
-        turns = Turns(turns.last, now, 0)
+    if together or calls[0].key not in served:
+        turns = Turns(turns.last, turns.met or together, now, 0)
     bound = budget(budgets, turns, now)
-    grows = not together and turns.met_at is not None and now - turns.met_at >= budgets.hold_s
-    lone_runs = turns.lone_runs + 1 if grows else 0
+    lone_runs = 0 if _held(budgets, turns, now) else turns.lone_runs + 1
     taken: List[int] = [0] * len(calls)
     rows = total = largest = 0
     added = True
@@ -119,4 +125,4 @@ def plan_batch(waiting: Sequence[Waiting], turns: Turns, budgets: Budgets, now: 
             taken[n] += 1
             added = True
     shares = tuple((call.key, count) for call, count in zip(calls, taken) if count)
-    return Plan(shares, Turns(tuple(key for key, _ in shares), turns.met_at, lone_runs))
+    return Plan(shares, Turns(tuple(key for key, _ in shares), turns.met, turns.traffic_at, lone_runs))
