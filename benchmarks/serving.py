@@ -16,6 +16,18 @@ Needs the ``serve`` extra (``pip install -e ".[serve]"``).
 
     python benchmarks/serving.py http
 
+``traffic``: the example web app with a long request in flight, under light and heavy traffic: one client posting a
+UD-EWT dev sentence every ``--interval`` s (open loop), then ``--clients`` clients posting one after the other
+(closed loop); for each, the short requests' p50/p95 alone and while one ``--long-words`` request runs, and their
+ratio (target: p95 within 3x in both), ``--rounds`` times.
+
+    python benchmarks/serving.py traffic
+
+``abandon``: a ``--long-words`` request whose client gives up after ``--timeout`` s (it closes the connection): how
+many biLM runs the server still made for it after the client left, and how long until the biLM was idle (``/stats``).
+
+    python benchmarks/serving.py abandon
+
 The model is the English one embedded in the package, on one torch thread (the default). Results print as Markdown.
 """
 import argparse
@@ -219,6 +231,131 @@ def http_report(args: argparse.Namespace) -> None:
           f"{percentile(mix, .95) * 1000:.0f} ms | {long_s:.1f} |")
 
 
+def open_loop(send: Callable[[object], object], texts: List[str], interval: float, stop: threading.Event) -> List[float]:
+    """One client sending ``texts`` in turn, one every ``interval`` s (at once when the one before took longer), until
+    ``stop`` is set; each request's latency (s)."""
+    latencies: List[float] = []
+    due = time.perf_counter()
+    n = 0
+    while not stop.is_set():
+        time.sleep(max(0.0, due - time.perf_counter()))
+        start = time.perf_counter()
+        send(texts[n % len(texts)])
+        latencies.append(time.perf_counter() - start)
+        due, n = due + interval, n + 1
+    return latencies
+
+
+def with_long(send: Callable[[str], object], long_text: str, traffic: Callable[[threading.Event], List[float]]) -> tuple:
+    """The short requests' latencies while the long request runs, and its seconds."""
+    stop, latencies = threading.Event(), []
+    thread = threading.Thread(target=lambda: latencies.extend(traffic(stop)))
+    thread.start()
+    start = time.perf_counter()
+    send(long_text)
+    long_s = time.perf_counter() - start
+    stop.set()
+    thread.join()
+    return latencies, long_s
+
+
+def traffic_report(args: argparse.Namespace) -> None:
+    """Short requests' latency alone and with a long request in flight, light traffic and heavy."""
+    import httpx
+
+    texts = short_requests()
+    long_text = long_request(args.long_words)
+    light_alone = int(args.light_seconds / args.interval)
+    results: Dict[str, Dict[str, list]] = {}
+    limits = httpx.Limits(max_connections=args.clients + 2)
+    with example_server() as url, httpx.Client(base_url=url, timeout=600, limits=limits) as client:
+        def send(text: str) -> None:
+            client.post("/embed", json={"text": text}).raise_for_status()
+
+        closed_loop(send, [texts[i :: args.clients][:50] for i in range(args.clients)])  # warm-up: the token cache
+
+        def light(stop: threading.Event) -> List[float]:
+            return open_loop(send, texts, args.interval, stop)
+
+        def heavy(stop: threading.Event) -> List[float]:
+            shares = [texts[i :: args.clients] for i in range(args.clients)]
+            run = closed_loop(send, shares, stop)
+            stop.wait()
+            for thread in run["threads"]:
+                thread.join()
+            return run["latencies"]
+
+        def light_alone_run() -> List[float]:
+            stop = threading.Event()
+            timer = threading.Timer(light_alone * args.interval, stop.set)
+            timer.start()
+            return open_loop(send, texts, args.interval, stop)
+
+        def heavy_alone_run() -> List[float]:
+            return closed_loop(send, [texts[i :: args.clients][: args.requests] for i in range(args.clients)])["latencies"]
+
+        modes = {f"1 client every {args.interval} s": (light_alone_run, light),
+                 f"{args.clients} clients": (heavy_alone_run, heavy)}
+        for mode in modes:
+            results[mode] = {"alone": [], "with long": [], "long s": []}
+        for _ in range(args.rounds):
+            for mode, (alone, mixed) in modes.items():
+                results[mode]["alone"] += alone()
+                latencies, long_s = with_long(send, long_text, mixed)
+                results[mode]["with long"] += latencies
+                results[mode]["long s"].append(long_s)
+    header(sys.argv)
+    print(f"examples/serve.py (uvicorn, one process) on 127.0.0.1; UD-EWT dev sentences posted to /embed, one per "
+          f"request: one client every {args.interval} s (open loop), or {args.clients} clients one request after the "
+          f"other; alone, then while one more request of {args.long_words:,} words (UD-EWT train) runs; {args.rounds} "
+          "rounds, latencies pooled\n")
+    print("| traffic | requests alone / with long | p50 alone | p95 alone | p50 with long | p95 with long "
+          "| p95 with / alone | long request s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for mode, r in results.items():
+        p95, p95_mixed = percentile(r["alone"], 0.95), percentile(r["with long"], 0.95)
+        print(f"| {mode} | {len(r['alone'])} / {len(r['with long'])} | {percentile(r['alone'], .5) * 1000:.0f} ms | "
+              f"{p95 * 1000:.0f} ms | {percentile(r['with long'], .5) * 1000:.0f} ms | {p95_mixed * 1000:.0f} ms | "
+              f"{p95_mixed / p95:.1f} | {statistics.median(r['long s']):.1f} |")
+
+
+def abandon_report(args: argparse.Namespace) -> None:
+    """What a long request whose client left still costs the server."""
+    import httpx
+
+    rows = []
+    with example_server() as url:
+        def stats() -> dict:
+            return httpx.get(f"{url}/stats", timeout=60).json()
+
+        for _ in range(args.rounds):
+            full = stats()
+            start = time.perf_counter()
+            httpx.post(f"{url}/embed", json={"text": long_request(args.long_words)}, timeout=600)
+            full_s, full_runs = time.perf_counter() - start, stats()["batches_run"] - full["batches_run"]
+            before = stats()
+            try:
+                httpx.post(f"{url}/embed", json={"text": long_request(args.long_words)}, timeout=args.timeout)
+            except httpx.TimeoutException:
+                pass
+            left, at_leaving = time.perf_counter(), stats()
+            while (now := stats())["waiting_calls"] or now["running"]:
+                time.sleep(0.01)
+            dropped_s = time.perf_counter() - left
+            rows.append((full_runs, full_s, at_leaving["batches_run"] - before["batches_run"],
+                         now["batches_run"] - at_leaving["batches_run"], dropped_s,
+                         now["calls_cancelled"] - before["calls_cancelled"]))
+    header(sys.argv)
+    print(f"examples/serve.py (uvicorn, one process) on 127.0.0.1: a request of {args.long_words:,} words (UD-EWT train) "
+          f"answered in full, then the same posted by a client that gives up after {args.timeout} s; biLM runs from "
+          "/stats\n")
+    print("| runs of the whole request | its seconds | runs before the client left | runs after | seconds until idle "
+          "| cancelled |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for full_runs, full_s, before_runs, after_runs, dropped_s, cancelled in rows:
+        print(f"| {full_runs} | {full_s:.1f} | {before_runs} | {after_runs} | {dropped_s:.2f} | {cancelled} |")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -232,11 +369,19 @@ def main(argv: Optional[List[str]] = None) -> None:
     http.add_argument("--clients", type=int, default=8, help="client threads")
     http.add_argument("--requests", type=int, default=400, help="short requests (UD-EWT dev sentences)")
     http.add_argument("--long-words", type=int, default=30000, help="words of the long request")
+    traffic = commands.add_parser("traffic", help="light and heavy traffic with a long request in flight (serve extra)")
+    traffic.add_argument("--interval", type=float, default=0.5, help="seconds between the light client's requests")
+    traffic.add_argument("--light-seconds", type=float, default=20, help="seconds of light traffic alone per round")
+    traffic.add_argument("--clients", type=int, default=8, help="heavy traffic's client threads")
+    traffic.add_argument("--requests", type=int, default=40, help="requests per heavy client, alone")
+    traffic.add_argument("--long-words", type=int, default=30000, help="words of the long request")
+    traffic.add_argument("--rounds", type=int, default=2, help="rounds of both kinds of traffic")
+    abandon = commands.add_parser("abandon", help="a long request whose client gives up (serve extra)")
+    abandon.add_argument("--long-words", type=int, default=30000, help="words of the long request")
+    abandon.add_argument("--timeout", type=float, default=1.0, help="seconds the client waits")
+    abandon.add_argument("--rounds", type=int, default=2, help="times to measure")
     args = parser.parse_args(argv)
-    if args.command == "long":
-        long_report(args)
-    else:
-        http_report(args)
+    {"long": long_report, "http": http_report, "traffic": traffic_report, "abandon": abandon_report}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from .errors import ElmoError, ElmoOptionsError, ElmoPipelineError, ElmoSettings
 # name -> the module that defines it, imported on first use
 _LAZY = {
     "BiLm": ".model.bilm",
+    "CallCancelled": ".util.cancel",
+    "CancelHandle": ".util.cancel",
     "Elmo": ".pipeline",
     "ElmoEmbedder": ".embedder",
     "ElmoEncoder": ".model.encoder",
@@ -24,6 +26,8 @@ _LAZY = {
 __all__ = [
     "__version__",
     "BiLm",
+    "CallCancelled",
+    "CancelHandle",
     "Elmo",
     "ElmoEmbedder",
     "ElmoEncoder",

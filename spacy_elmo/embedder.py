@@ -14,7 +14,7 @@ from spacy.tokens import Doc, Span, Token
 from .model.encoder import ElmoEncoder
 from .model.options import ElmoOptions
 from .runtime import BiLmSettings, ElmoRuntime
-from .util.batches import batched
+from .util.chunks import chunked
 from .util.files import PathLike
 
 # ElmoEmbedder's defaults are the runtime's (its token cache is off by default: cache_size 0).
@@ -136,7 +136,7 @@ class ElmoEmbedder:
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""
-        for batch in batched(sentences, batch_size):
+        for batch in chunked(sentences, batch_size):
             yield from self.embed_batch(batch)
 
 

@@ -41,8 +41,8 @@ def test_torch_threads_sets_and_restores(process_threads):
 def _record_threads(runtime, monkeypatch) -> list:
     """The torch thread count each biLM run of ``runtime`` sees, and each ``torch.set_num_threads`` call."""
     seen: list = []
-    forward, set_threads = runtime.batches.forward, torch.set_num_threads
-    monkeypatch.setattr(runtime.batches, "forward", lambda *a: seen.append(torch.get_num_threads()) or forward(*a))
+    forward, set_threads = runtime.segment_encoder.forward, torch.set_num_threads
+    monkeypatch.setattr(runtime.segment_encoder, "forward", lambda *a: seen.append(torch.get_num_threads()) or forward(*a))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(f"set {n}") or set_threads(n))
     return seen
 
@@ -136,7 +136,7 @@ def test_one_pipeline_shared_by_8_threads_gives_the_serial_vectors(cache_size):
     assert torch.get_num_threads() == 1  # the biLM's setting (the conftest's too)
 
 
-# --- calls from several threads merged into one biLM batch (batch_requests; tests/test_batcher.py tests the batcher) ---
+# --- calls from several threads merged into one biLM batch (batch_requests; tests/test_request_batcher.py tests the batcher) ---
 
 def test_8_threads_one_sentence_each_on_a_shared_embedder_give_the_serial_vectors(allennlp_files):
     """Within float32 rounding (ROUNDING): a merged batch pads and orders rows differently."""
@@ -165,7 +165,7 @@ def test_a_doc_that_raises_fails_its_own_call_and_no_other(monkeypatch):
     nlp.add_pipe("elmo", config=elmo_config())
     texts = [" ".join(s) for s in _thread_sentences(8, seed=13)]
     serial = {text: nlp(text)._.elmo for text in texts}
-    batches = nlp.get_pipe("elmo").runtime.batches
+    batches = nlp.get_pipe("elmo").runtime.segment_encoder
     forward, bad = batches.forward, [token.text for token in nlp.make_doc(texts[5])]
 
     def failing(segments, *args):
@@ -187,7 +187,7 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
     sentences = [tuple(s) for s in _thread_sentences(8, seed=14)]
     shared = ElmoEmbedder(*allennlp_files, stateful=True)
     order, running, overlap = [], [], []
-    forward = shared.runtime.batches.forward
+    forward = shared.runtime.segment_encoder.forward
 
     def recording(batch, *args):
         running.append(1)
@@ -198,7 +198,7 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
         finally:
             running.pop()
 
-    shared.runtime.batches.forward = recording
+    shared.runtime.segment_encoder.forward = recording
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences)
     join_threads(threads)
     assert max(overlap) == 1 and all(len(call) == 1 for call in order)
@@ -210,7 +210,7 @@ def test_a_stateful_embedder_runs_calls_one_at_a_time_and_each_continues_the_one
 def test_a_stateful_pipeline_runs_calls_one_at_a_time(monkeypatch):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(stateful=True))
-    batches = nlp.get_pipe("elmo").runtime.batches
+    batches = nlp.get_pipe("elmo").runtime.segment_encoder
     forward, running, sizes = batches.forward, [], []
 
     def recording(segments, *args):
@@ -263,7 +263,7 @@ def test_after_ctrl_c_in_a_merged_batch_every_other_caller_gets_its_own_vectors(
     sentences = [tuple(s) for s in _thread_sentences(8, seed=17)]
     serial = dict(zip(sentences, ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)))
     shared = ElmoEmbedder(*allennlp_files)
-    forward, calls, release = shared.runtime.batches.forward, [], threading.Event()
+    forward, calls, release = shared.runtime.segment_encoder.forward, [], threading.Event()
 
     def blocking_then_interrupted(batch, *args):
         calls.append(len(batch))
@@ -273,11 +273,11 @@ def test_after_ctrl_c_in_a_merged_batch_every_other_caller_gets_its_own_vectors(
             raise KeyboardInterrupt
         return forward(batch, *args)
 
-    monkeypatch.setattr(shared.runtime.batches, "forward", blocking_then_interrupted)
+    monkeypatch.setattr(shared.runtime.segment_encoder, "forward", blocking_then_interrupted)
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[:1])
     wait_until(lambda: len(calls) == 1)
     threads += start_threads(lambda s: shared.embed_sentence(list(s)), sentences[1:], answers)[0]
-    wait_until(lambda: len(shared.runtime.batcher._queue) == 8)
+    wait_until(lambda: shared.runtime.batcher.waiting_calls == 8)
     release.set()
     join_threads(threads)
     answers.pop("order")
@@ -303,7 +303,7 @@ def test_a_long_call_shares_batches_of_shared_batch_tokens_with_short_ones_and_a
     long_call, shorts = tuple(sentences[:40]), sentences[40:47]
     serial = dict(zip(sentences, ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)))
     shared = ElmoEmbedder(*allennlp_files, max_batch_tokens=120, shared_batch_tokens=120)
-    forward, batches, release = shared.runtime.batches.forward, [], threading.Event()
+    forward, batches, release = shared.runtime.segment_encoder.forward, [], threading.Event()
 
     def blocking_first(batch, *args):
         batches.append([tuple(s) for s in batch])
@@ -311,13 +311,13 @@ def test_a_long_call_shares_batches_of_shared_batch_tokens_with_short_ones_and_a
             release.wait(JOIN_TIMEOUT)
         return forward(batch, *args)
 
-    monkeypatch.setattr(shared.runtime.batches, "forward", blocking_first)
+    monkeypatch.setattr(shared.runtime.segment_encoder, "forward", blocking_first)
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[47:])
     wait_until(lambda: len(batches) == 1)
     threads += start_threads(lambda call: shared.embed_batch([list(s) for s in call]), [long_call], answers)[0]
-    wait_until(lambda: len(shared.runtime.batcher._queue) == 2)
+    wait_until(lambda: shared.runtime.batcher.waiting_calls == 2)
     threads += start_threads(lambda s: shared.embed_sentence(list(s)), shorts, answers)[0]
-    wait_until(lambda: len(shared.runtime.batcher._queue) == 9)
+    wait_until(lambda: shared.runtime.batcher.waiting_calls == 9)
     release.set()
     join_threads(threads)
     assert all(len(batch) * max(len(s) + 2 for s in batch) <= 120 for batch in batches)

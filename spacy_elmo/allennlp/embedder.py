@@ -14,7 +14,7 @@ import torch
 from ..errors import NotDownloadedError
 from ..model.fixed_mix import fixed_mix_weights
 from ..sources.download import MANIFEST, model_dir
-from ..util.batches import batched
+from ..util.chunks import chunked
 from ..util.files import PathLike
 from .elmo import ConfigurationError, ElmoBiLm, batch_to_ids
 
@@ -94,7 +94,7 @@ class ElmoEmbedder:
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[np.ndarray]:
         """The layers of each sentence of a stream, ``batch_size`` sentences per biLM batch."""
-        for batch in batched(sentences, batch_size):
+        for batch in chunked(sentences, batch_size):
             yield from self.embed_batch(batch)
 
     def embed_file(

@@ -10,7 +10,7 @@ from thinc.api import PyTorchShim, get_torch_default_device
 
 from ..errors import ElmoWeightsError
 from ..model.encoder import ElmoEncoder
-from ..model.batch_encoder import BatchEncoder
+from ..model.segment_encoder import SegmentEncoder
 from ..model.options import ElmoOptions
 from ..runtime import BiLmSettings, ElmoRuntime
 from ..runtime.devices import check_device
@@ -36,7 +36,7 @@ class ElmoShim(PyTorchShim):
         self.runtime: Optional[ElmoRuntime] = None
 
     @property
-    def module(self) -> Optional[BatchEncoder]:
+    def module(self) -> Optional[SegmentEncoder]:
         return self._model
 
     def configure(self, **changes: Any) -> None:
@@ -51,7 +51,7 @@ class ElmoShim(PyTorchShim):
 
     def _set_runtime(self, runtime: ElmoRuntime) -> ElmoRuntime:
         self.runtime = runtime
-        self._model = runtime.batches
+        self._model = runtime.segment_encoder
         return runtime
 
     @property

@@ -28,7 +28,7 @@ from ..errors import ElmoError, ElmoSettingsError, InitializeError, PretrainConf
 from ..runtime.devices import check_device
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
-from ..model.batching import length_batches
+from ..model.batch_cost import length_batches
 from ..model.options import ElmoOptions
 from ..util.text import make_tokenizer
 from ..formats.weights import load_files, save_files

@@ -7,18 +7,19 @@ request batcher and the thread setting. It is built once per model and changed o
 settings is decided per call.
 """
 import os
-import sys
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from ..formats.weights import load_files
-from ..model.batch_encoder import BatchEncoder
+from ..model.batch_cost import length_batches, longest_first, row_tokens
+from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.resolve import DEFAULT_LANG, model_files
-from ..util.batcher import RequestBatcher
+from ..util.request_batcher import RequestBatcher
+from ..util.cancel import CallCancelled, current_handle
 from ..util.files import PathLike
 from .devices import check_device
 from .settings import BiLmSettings
@@ -44,7 +45,8 @@ class ElmoRuntime:
     biLM run copies its rows straight into them (one host transfer per run), so nothing is stitched afterwards and
     no result keeps a run's buffers alive.
     Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
-    vectors; a stateful biLM runs one call at a time, in order, each call one biLM batch (row ``r`` of a call
+    vectors; a call made inside a :class:`~spacy_elmo.util.cancel.CancelHandle`'s scope stops, when the handle is
+    cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs one call at a time, in order, each call one biLM batch (row ``r`` of a call
     continues row ``r`` of the call before, as in AllenNLP).
 
     Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
@@ -54,7 +56,7 @@ class ElmoRuntime:
 
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
         self.encoder = encoder.eval()
-        self.batches = BatchEncoder(encoder)
+        self.segment_encoder = SegmentEncoder(encoder)
         self.batcher = RequestBatcher(self._run, settings.batch_wait_ms, padded=True)
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
@@ -91,8 +93,8 @@ class ElmoRuntime:
             encoder.initial_state = new.initial_state
             encoder.weights_changed()
         if old is None or new.stateful != old.stateful:
-            self.batches.stateful = new.stateful
-            self.batches.carried.reset()
+            self.segment_encoder.stateful = new.stateful
+            self.segment_encoder.carried.reset()
         if old is None or new.cache_size != old.cache_size:
             encoder.set_cache_size(new.cache_size)
         if old is None or new.precision != old.precision:
@@ -128,9 +130,9 @@ class ElmoRuntime:
     def _submit(
         self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights], joined: Optional[Sequence[int]]
     ) -> List[np.ndarray]:
-        """The arrays of a call, filled through the batcher when calls are merged or ordered. A stateless call's
-        segments go longest first, so that the pieces the batcher cuts hold segments of similar lengths (little
-        padding)."""
+        """The arrays of a call, filled by biLM runs that the request batcher plans (a stateful call: one run, in
+        its turn; without ``batch_requests``: this call's own runs, planned the same way). A stateless call's segments
+        go longest first, so that the runs cut from it hold segments of similar lengths (little padding)."""
         outputs, places = self._outputs([len(words) for words in segments], mix, joined)
         if not segments:
             return outputs
@@ -138,10 +140,11 @@ class ElmoRuntime:
         if self.settings.stateful:
             self.batcher(items, merge=False)
         elif not self.settings.batch_requests:
-            self._run(items)
+            for run in length_batches([len(words) for words in segments], self.settings.max_batch_tokens):
+                _check_cancelled()
+                self._run([items[i] for i in run])
         else:
-            order = np.argsort([-len(words) for words in segments], kind="stable")
-            self.batcher([items[i] for i in order], cost=_segment_cost)
+            self.batcher([items[i] for i in longest_first([len(words) for words in segments])], cost=_segment_cost)
         return outputs
 
     def _outputs(
@@ -163,17 +166,16 @@ class ElmoRuntime:
         return outputs, places
 
     def _run(self, items: List[Segment]) -> List[np.ndarray]:
-        """Computes ``items`` into their arrays (one biLM run per distinct mix; a stateful call is one biLM batch)
-        and gives those rows back."""
+        """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
+        batch's budget) and gives those rows back."""
         self._use_threads()
         groups: Dict[Optional[MixWeights], List[Segment]] = {}
         for item in items:
             groups.setdefault(item.mix, []).append(item)
-        cap = sys.maxsize if self.settings.stateful else self.settings.max_batch_tokens
         for mix, members in groups.items():
             words = [item.words for item in members]
             with torch.inference_mode():
-                out = self.batches(words, cap, None if mix is None else self._mix_tensor(mix))
+                out = self.segment_encoder(words, None, None if mix is None else self._mix_tensor(mix))
                 host = out.float().cpu().numpy()  # the one host transfer of this run
             for item, piece in zip(members, _split(host, [len(w) for w in words])):
                 item.out[...] = piece
@@ -198,7 +200,7 @@ class ElmoRuntime:
 
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (stateful mode): the next call starts afresh."""
-        self.batches.carried.reset()
+        self.segment_encoder.carried.reset()
 
     def fill_cache(self, words: Iterable[str]) -> None:
         """Pre-fill the token cache (``cache_size`` > 0) from ``words``, most frequent first, until it is full."""
@@ -222,10 +224,16 @@ def load_encoder(
     return ElmoEncoder(load_files(*model_files(options_file, weight_file, lang))).to(target)
 
 
+def _check_cancelled() -> None:
+    """Raise :class:`CallCancelled` if the :class:`CancelHandle` whose scope this thread is in was cancelled."""
+    handle = current_handle()
+    if handle is not None and handle.cancelled:
+        raise CallCancelled()
+
+
 def _segment_cost(segment: Segment) -> int:
-    """What a segment costs a biLM batch: its tokens and the two sentence boundaries (a batch costs its rows times
-    the longest row: see ``length_batches``)."""
-    return len(segment.words) + 2
+    """What a segment costs a biLM batch: its row, boundaries included (a batch costs its rows times the longest)."""
+    return row_tokens(len(segment.words))
 
 
 def _split(host: np.ndarray, lengths: List[int]) -> List[np.ndarray]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ElmoSettingsError
-from ..model.batching import DEFAULT_MAX_BATCH_TOKENS
+from ..model.batch_cost import DEFAULT_MAX_BATCH_TOKENS
 from ..model.encoder import DEFAULT_INITIAL_STATE, check_initial_state
 from ..model.precision import DEFAULT_PRECISION, check_precision_name
 from ..model.token_cache import check_cache_size

@@ -4,7 +4,7 @@ import torch
 
 from spacy_elmo.errors import ElmoSettingsError
 from spacy_elmo.model.encoder import ElmoEncoder
-from spacy_elmo.model.batch_encoder import BatchEncoder
+from spacy_elmo.model.segment_encoder import SegmentEncoder
 from spacy_elmo.formats.weights import load_files
 from tests.conftest import ALLENNLP, ROUNDING
 
@@ -19,8 +19,8 @@ def test_cached_token_vectors_equal_the_char_cnn(allennlp_files):
     cached.fill_cache(words[:80])
     sentences = [words[i : i + 30] for i in range(0, 400, 30)] + [["unseen-word", "another"]]
     with torch.no_grad():
-        want = BatchEncoder(plain)(sentences, 4096)
-        got = BatchEncoder(cached)(sentences, 4096)
+        want = SegmentEncoder(plain)(sentences, 4096)
+        got = SegmentEncoder(cached)(sentences, 4096)
     assert len(cached.cache) == 100  # pre-filled 80, then filled while running, and bounded
     torch.testing.assert_close(got, want, **ROUNDING)
 
@@ -77,7 +77,7 @@ def test_a_batch_gives_each_sentence_its_own_layers_without_boundary_marks_and_z
 
 
 def test_mixed_layers_are_the_weighted_sum_of_the_layers_in_every_batch():
-    encoder = BatchEncoder(_encoder(0))
+    encoder = SegmentEncoder(_encoder(0))
     words = (ALLENNLP / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
     segments = [words[i : i + n] for i, n in zip(range(0, 400, 40), [3, 12, 1, 30, 7, 0, 18, 5, 9, 25])]
     mix = torch.tensor([0.2, -0.5, 1.3])

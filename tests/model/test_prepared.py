@@ -4,7 +4,7 @@ from typing import List
 import numpy as np
 import torch
 
-from spacy_elmo.model.batch_encoder import BatchEncoder
+from spacy_elmo.model.segment_encoder import SegmentEncoder
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.formats.weights import load_files
 from tests.conftest import ALLENNLP
@@ -12,17 +12,17 @@ from tests.conftest import ALLENNLP
 SENTENCES = [["The", "cat", "sat", "."], ["A", "longer", "sentence", "than", "the", "first", "one"], ["Hi"]]
 
 
-def _encoder() -> BatchEncoder:
+def _encoder() -> SegmentEncoder:
     bilm = load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5")
-    return BatchEncoder(ElmoEncoder(bilm, initial_state="zeros"))
+    return SegmentEncoder(ElmoEncoder(bilm, initial_state="zeros"))
 
 
-def _run(encoder: BatchEncoder) -> torch.Tensor:
+def _run(encoder: SegmentEncoder) -> torch.Tensor:
     with torch.inference_mode():
         return encoder(SENTENCES, 4096)
 
 
-def _stacked_pointers(encoder: BatchEncoder) -> List[int]:
+def _stacked_pointers(encoder: SegmentEncoder) -> List[int]:
     """Where each layer's stacked weights are (the tensors the products read)."""
     kept = encoder.encoder.bilm._products
     return [kept[k].w[name].data_ptr() for k in sorted(kept) for name in ("input", "hidden", "projection")]

@@ -9,7 +9,7 @@ import torch
 import spacy_elmo.model.bilm
 import spacy_elmo.model.lstm
 import spacy_elmo.pipeline.component
-from spacy_elmo import ElmoEmbedder, ElmoSettingsError
+from spacy_elmo import CallCancelled, CancelHandle, ElmoEmbedder, ElmoSettingsError
 from spacy_elmo.formats.weights import load_files
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.runtime import BiLmSettings, ElmoRuntime
@@ -133,3 +133,23 @@ def test_an_interrupted_stateful_call_leaves_the_carried_state_as_it_was(monkeyp
     monkeypatch.setattr(runtime.encoder, "encode", encode)
     for a, b in zip(runtime.layers(SENTENCES), reference.layers(SENTENCES)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("batch_requests", [True, False])
+def test_a_call_cancelled_during_its_first_run_runs_no_other(monkeypatch, batch_requests):
+    """Thirty sentences under a cap of 20 padded tokens need many runs; the handle is cancelled while the first
+    runs (as by another thread): the call raises CallCancelled after it, and the runtime serves the next call."""
+    runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS), max_batch_tokens=20, batch_requests=batch_requests))
+    handle, runs = CancelHandle(), []
+    forward = runtime.segment_encoder.forward
+
+    def cancelling(segments, *args):
+        runs.append(len(segments))
+        handle.cancel()
+        return forward(segments, *args)
+
+    monkeypatch.setattr(runtime.segment_encoder, "forward", cancelling)
+    with handle.scope(), pytest.raises(CallCancelled):
+        runtime.layers(SENTENCES * 10)
+    assert len(runs) == 1
+    assert [layers.shape[1] for layers in runtime.layers(SENTENCES)] == [len(s) for s in SENTENCES]

@@ -1,5 +1,5 @@
 """Batches under a cap on padded tokens (each sentence + <S> and </S>), worked out by hand."""
-from spacy_elmo.model.batching import length_batches
+from spacy_elmo.model.batch_cost import length_batches
 
 
 def test_batches_go_longest_first_under_the_cap():

@@ -4,7 +4,7 @@ from typing import Iterable, Iterator, List, TypeVar
 T = TypeVar("T")
 
 
-def batched(items: Iterable[T], size: int) -> Iterator[List[T]]:
+def chunked(items: Iterable[T], size: int) -> Iterator[List[T]]:
     """Consecutive lists of ``size`` items of ``items`` (the last one shorter), read lazily."""
     batch: List[T] = []
     for item in items:

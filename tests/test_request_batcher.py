@@ -11,7 +11,8 @@ import weakref
 
 import pytest
 
-from spacy_elmo.util.batcher import RequestBatcher
+from spacy_elmo.util.cancel import CallCancelled, CancelHandle
+from spacy_elmo.util.request_batcher import RequestBatcher
 
 from tests.conftest import JOIN_TIMEOUT, interrupt_main_thread, join_threads, start_threads, wait_until
 
@@ -50,7 +51,7 @@ def queue_behind_a_running_call(
         work = (lambda items: batcher(items, **options) + batcher(again, **options)) if last else (
             lambda items: batcher(items, **options))
         threads += start_threads(work, [items], answers)[0]
-        wait_until(lambda n=n: len(batcher._queue) == n)  # queued in this order (the running call is still queued)
+        wait_until(lambda n=n: batcher.waiting_calls == n)  # queued in this order (the running call is still queued)
     run.release.set()
     join_threads(threads)
     return answers
@@ -138,7 +139,7 @@ def test_calls_that_do_not_merge_run_alone_whole_and_in_turn_by_their_own_thread
     threads, got = [], {}
     for n, (items, merge) in enumerate([(before, True), (alone, False), (after, True)], start=2):
         threads += start_threads(lambda items, merge=merge: batcher(items, merge=merge), [items], got)[0]
-        wait_until(lambda n=n: len(batcher._queue) == n)
+        wait_until(lambda n=n: batcher.waiting_calls == n)
     run.release.set()
     join_threads(first + threads)
     assert run.calls == [[0], [1, 2], [3], list(alone), [9]]
@@ -164,11 +165,11 @@ def test_after_a_merged_batch_the_next_leader_waits_for_as_many_calls_to_join():
     first, answers = start_threads(lambda x: batcher([x])[0], [0])
     wait_until(lambda: len(run.calls) == 1)
     merged, more = start_threads(lambda x: batcher([x])[0], [1, 2, 3])
-    wait_until(lambda: len(batcher._queue) == 4)
+    wait_until(lambda: batcher.waiting_calls == 4)
     run.release.set()
     join_threads(first + merged)
     leader, late = start_threads(lambda x: batcher([x])[0], [4])
-    wait_until(lambda: batcher._leading)  # 4 leads, waiting for three calls as the batch before held
+    wait_until(lambda: batcher.leading)  # 4 leads, waiting for three calls as the batch before held
     joining, last = start_threads(lambda x: batcher([x])[0], [5, 6])
     join_threads(leader + joining)
     assert [sorted(c) for c in run.calls] == [[0], [1, 2, 3], [4, 5, 6]]
@@ -200,10 +201,13 @@ def test_with_padded_costs_a_long_call_and_a_short_one_take_turns_instead_of_sha
     assert answers == {items: serial(items) for items in [(0,), long_call, short_call]}
 
 
-def test_a_call_alone_runs_full_batches_until_calls_meet_and_then_grows_them_from_the_shared_budget():
+@pytest.mark.parametrize("hold_s, after_meeting", [(0.0, [2, 4, 8, 16, 10]), (LONG_WAIT_MS, [2] * 20)])
+def test_a_call_alone_runs_full_batches_until_calls_meet_then_shared_ones_while_held(hold_s, after_meeting):
+    """Before calls meet, a call alone runs batches of max_batch_cost; after, batches of shared_batch_cost while the
+    hold lasts (a hold longer than the test: every batch), then doubling from it (no hold: at once)."""
     run = BlockingRun()
     run.release.set()  # the first call runs without blocking
-    batcher = RequestBatcher(run, max_batch_cost=16, shared_batch_cost=2)
+    batcher = RequestBatcher(run, max_batch_cost=16, shared_batch_cost=2, hold_s=hold_s)
     assert batcher(list(range(100, 130))) == serial(range(100, 130))
     assert [len(batch) for batch in run.calls] == [16, 14]  # the first call ran alone before anything was shared
     run.calls.clear()
@@ -211,7 +215,7 @@ def test_a_call_alone_runs_full_batches_until_calls_meet_and_then_grows_them_fro
     queue_behind_a_running_call(batcher, run, [(1,), (2,)])
     assert [sorted(batch) for batch in run.calls] == [[0], [1, 2]]
     assert batcher(list(range(200, 240))) == serial(range(200, 240))
-    assert [len(batch) for batch in run.calls[2:]] == [2, 4, 8, 16, 10]
+    assert [len(batch) for batch in run.calls[2:]] == after_meeting
 
 
 def test_the_batcher_keeps_no_result_of_a_call_that_returned():
@@ -243,7 +247,7 @@ def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batch
     threading.Timer(0.5, interrupt_main_thread).start()
     with pytest.raises(KeyboardInterrupt):
         batcher([1])
-    assert [call.items for call in batcher._queue] == [[0]]
+    assert batcher.waiting_calls == 1  # the running call alone
     run.release.set()
     join_threads(first)
     assert answers[0] == 0 and batcher([2]) == [20] and run.calls == [[0], [2]]
@@ -252,4 +256,85 @@ def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batch
 def test_a_copy_of_a_batcher_has_its_own_empty_queue():
     batcher = RequestBatcher(serial, wait_ms=2, max_batch_cost=5)
     twin = pickle.loads(pickle.dumps(batcher))
-    assert (twin.wait_ms, twin.max_batch_cost, twin._queue) == (2.0, 5, []) and twin([1, 2]) == [10, 20]
+    assert (twin.wait_ms, twin.max_batch_cost, twin.waiting_calls) == (2.0, 5, 0) and twin([1, 2]) == [10, 20]
+
+
+def test_a_waiting_call_cancelled_from_another_thread_raises_and_its_items_never_run():
+    run = BlockingRun()
+    batcher = RequestBatcher(run)
+    handle = CancelHandle()
+
+    def cancellable(items):
+        with handle.scope():
+            return batcher(items)
+
+    threads, answers = start_threads(lambda x: batcher([x])[0], [0])
+    wait_until(lambda: len(run.calls) == 1)
+    threads += start_threads(cancellable, [(1, 2)], answers)[0]
+    threads += start_threads(lambda x: batcher([x])[0], [3], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 3)
+    handle.cancel()
+    wait_until(lambda: batcher.waiting_calls == 2)
+    run.release.set()
+    join_threads(threads)
+    assert isinstance(answers[(1, 2)], CallCancelled) and (answers[0], answers[3]) == (0, 30)
+    assert run.calls == [[0], [3]] and batcher.calls_cancelled == 1
+
+
+def test_a_long_call_cancelled_while_its_batch_runs_stops_after_it_and_the_batch_answers_the_others():
+    """The long call leads the blocked first batch (its first 4 items); cancelled then, that batch still runs, and
+    none of its 16 other items ever does; a call queued meanwhile is answered."""
+    run = BlockingRun()
+    batcher = RequestBatcher(run, max_batch_cost=4)
+    handle = CancelHandle()
+
+    def cancellable(items):
+        with handle.scope():
+            return batcher(items)
+
+    long_call = tuple(range(100, 120))
+    threads, answers = start_threads(cancellable, [long_call])
+    wait_until(lambda: len(run.calls) == 1)
+    threads += start_threads(lambda x: batcher([x])[0], [1], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 2)
+    handle.cancel()
+    run.release.set()
+    join_threads(threads)
+    assert isinstance(answers[long_call], CallCancelled) and answers[1] == 10
+    assert run.calls == [[100, 101, 102, 103], [1]] and batcher.items_run == 5
+
+
+def test_a_call_in_the_scope_of_a_cancelled_handle_raises_at_once():
+    batcher = RequestBatcher(serial)
+    handle = CancelHandle()
+    handle.cancel()
+    with handle.scope(), pytest.raises(CallCancelled):
+        batcher([1, 2])
+    assert batcher.batches_run == 0 and batcher([3]) == [30]
+
+
+def test_a_leader_cancelled_while_it_waits_for_joiners_lets_the_next_call_lead():
+    """After a merged batch of two the next leader waits for two calls; cancelled then, it runs nothing, and the two
+    calls arriving after it are served together."""
+    run = BlockingRun()
+    batcher = RequestBatcher(run, wait_ms=LONG_WAIT_MS)
+    first, answers = start_threads(lambda x: batcher([x])[0], [0])
+    wait_until(lambda: len(run.calls) == 1)
+    merged, _ = start_threads(lambda x: batcher([x])[0], [1, 2])
+    wait_until(lambda: batcher.waiting_calls == 3)
+    run.release.set()
+    join_threads(first + merged)
+    handle = CancelHandle()
+
+    def cancellable(x):
+        with handle.scope():
+            return batcher([x])
+
+    leader, got = start_threads(cancellable, [4])
+    wait_until(lambda: batcher.leading)
+    handle.cancel()
+    join_threads(leader)
+    after, later = start_threads(lambda x: batcher([x])[0], [5, 6])
+    join_threads(after)
+    assert isinstance(got[4], CallCancelled) and (later[5], later[6]) == (50, 60)
+    assert [sorted(c) for c in run.calls] == [[0], [1, 2], [5, 6]]

@@ -1,4 +1,4 @@
-"""Many token sequences through an :class:`ElmoEncoder` in capped batches, their layers packed on one token axis."""
+"""Token sequences through an :class:`ElmoEncoder`, batch by batch, their layers packed on one token axis."""
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -6,18 +6,19 @@ import torch
 from torch import nn
 
 from .options import ElmoOptions
-from .batching import length_batches
+from .batch_cost import length_batches
 from .carried_state import CarriedState
 from .encoder import ElmoEncoder
 from .lstm import LayerOutput, MixOutput
 
 
-class BatchEncoder(nn.Module):
+class SegmentEncoder(nn.Module):
     """Runs an :class:`ElmoEncoder` over many segments and packs the results along one token axis.
 
-    Batches are formed by :func:`length_batches` (sorted by length, ``max_batch_tokens`` padded
-    tokens at most). With ``stateful`` the batches keep the segments' order instead and each
-    batch row starts from the state the same row ended in on the previous batch, as in AllenNLP.
+    Given ``max_batch_tokens``, the segments are one call's, cut into batches by :func:`length_batches` (longest
+    first, that many padded tokens at most); without it they are one batch already planned (the runtime's request
+    batcher plans every batch it runs), run as given. With ``stateful`` the batches keep the segments' order and
+    each batch row starts from the state the same row ended in on the previous batch, as in AllenNLP.
     """
 
     def __init__(self, encoder: ElmoEncoder, stateful: bool = False):
@@ -31,7 +32,10 @@ class BatchEncoder(nn.Module):
         return self.encoder.options
 
     def forward(
-        self, segments: Sequence[Sequence[str]], max_batch_tokens: int, mix: Optional[torch.Tensor] = None
+        self,
+        segments: Sequence[Sequence[str]],
+        max_batch_tokens: Optional[int] = None,
+        mix: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """All segments' layers, ``(n_layers + 1, total_tokens, dim)``, segment after segment.
 
@@ -44,7 +48,11 @@ class BatchEncoder(nn.Module):
         offsets = np.concatenate(([0], np.cumsum(lengths)))
         out = self._output(int(offsets[-1]), mix)
         carried = self.carried.copy() if self.stateful else None
-        for batch in length_batches(lengths.tolist(), max_batch_tokens, keep_order=self.stateful):
+        if max_batch_tokens is None:
+            batches = [list(range(len(segments)))]
+        else:
+            batches = length_batches(lengths.tolist(), max_batch_tokens, keep_order=self.stateful)
+        for batch in batches:
             start = carried.start(self.encoder, len(batch)) if carried is not None else None
             final = self.encoder.encode([segments[i] for i in batch], start, out, offsets[batch])
             if carried is not None:
