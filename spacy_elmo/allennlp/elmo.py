@@ -18,7 +18,8 @@ from ..model.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_ids
 from ..model.encoder import ElmoEncoder
 from .scalar_mix import ScalarMix
 from ..util.files import PathLike
-from ..runtime import BiLmSettings, load_encoder
+from ..runtime import BiLmSettings
+from ..sources.load import load_encoder
 
 # AllenNLP's fixed token width: every token is 50 character ids (its bytes cut to 48, framed, padded).
 MAX_CHARACTERS = 50

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..errors import NotDownloadedError
-from ..model.fixed_mix import fixed_mix_weights
+from ..model.fixed_mix import fixed_mix_weights, mix_layers
 from ..sources.download import MANIFEST, model_dir
 from ..util.chunks import chunked
 from ..util.files import PathLike
@@ -132,7 +132,7 @@ class ElmoEmbedder:
         mix = None if output_format == "all" else fixed_mix_weights(output_format, self.elmo_bilm.num_layers)
         with h5py.File(output_file_path, "w") as out:
             for i, layers in tqdm(enumerate(vectors), total=len(sentences), unit="sentence"):
-                output = layers if mix is None else np.tensordot(mix, layers, axes=1)
+                output = layers if mix is None else mix_layers(mix, layers)
                 out.create_dataset(sentences[i] if use_sentence_keys else str(i), data=output.astype(np.float32))
             if not forget_sentences and not use_sentence_keys:
                 index = {line: str(i) for i, line in enumerate(sentences)}

@@ -245,7 +245,7 @@ def embed(
             check_model_files(options_file, weight_file)
 
             from .embed import EmbedSettings, bilm_settings, embed_file
-            from ..runtime.devices import check_device
+            from ..model.devices import check_device
 
             _option("--device", check_device, resolve_device(device))
             bilm = bilm_settings(

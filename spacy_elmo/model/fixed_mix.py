@@ -44,3 +44,10 @@ def fixed_mix_weights(spec: MixSpec, n_layers: int) -> np.ndarray:
         return np.eye(n_layers, dtype=np.float32)[-1]
     check_mix_fits(spec, n_layers)
     return np.asarray(spec, dtype=np.float32)
+
+
+def mix_layers(weights: Sequence[float], layers: np.ndarray) -> np.ndarray:
+    """``sum_j weights[j] * layers[j]`` of host layers ``(n_layers, ..., dim)``, float32: the fixed mix of layers
+    that were computed whole (a biLM run asked only for the mix accumulates it as each layer is made, and never
+    holds the layers: ``MixOutput`` in ``lstm.py``)."""
+    return np.tensordot(np.asarray(weights, dtype=np.float32), layers, axes=1).astype(np.float32, copy=False)

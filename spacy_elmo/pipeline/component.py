@@ -3,7 +3,6 @@ import functools
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Union
 
-import numpy as np
 import srsly
 from spacy import util as spacy_util
 from spacy.language import Language
@@ -14,7 +13,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
-from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights
+from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights, mix_layers
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from .architectures import (
     DEFAULT_MODEL,
@@ -215,8 +214,7 @@ class Elmo(TrainablePipe):
         if not need_layers:
             return [ElmoOutput(None, v) for v in doc_layers(self.model, docs, self.mix_weights)]
         layers = doc_layers(self.model, docs)
-        weights = np.asarray(self.mix_weights, dtype=np.float32) if need_vectors else None
-        return [ElmoOutput(x, None if weights is None else np.tensordot(weights, x, axes=1)) for x in layers]
+        return [ElmoOutput(x, mix_layers(self.mix_weights, x) if need_vectors else None) for x in layers]
 
     @property
     def mix_weights(self) -> MixWeights:

@@ -13,7 +13,7 @@ from ..model.encoder import ElmoEncoder
 from ..model.segment_encoder import SegmentEncoder
 from ..model.options import ElmoOptions
 from ..runtime import BiLmSettings, ElmoRuntime
-from ..runtime.devices import check_device
+from ..model.devices import check_device
 from ..formats.weights import bilm_from_bytes, storage_dtype, weights_to_bytes
 
 

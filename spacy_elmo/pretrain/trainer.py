@@ -25,7 +25,7 @@ from confection import Config
 from tqdm import tqdm
 
 from ..errors import ElmoError, ElmoSettingsError, InitializeError, PretrainConfigError, ResumeError
-from ..runtime.devices import check_device
+from ..model.devices import check_device
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
 from ..model.batch_cost import length_batches

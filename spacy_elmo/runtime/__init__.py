@@ -1,5 +1,5 @@
 """The biLM runtime: one loaded biLM with its settings, shared by every entry point."""
-from .runtime import ElmoRuntime, MixWeights, load_encoder
+from .runtime import ElmoRuntime, MixWeights
 from .settings import BiLmSettings
 
-__all__ = ["BiLmSettings", "ElmoRuntime", "MixWeights", "load_encoder"]
+__all__ = ["BiLmSettings", "ElmoRuntime", "MixWeights"]

@@ -12,16 +12,13 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, 
 import numpy as np
 import torch
 
-from ..formats.weights import load_files
 from ..model.batch_cost import length_batches, longest_first, row_tokens
 from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
-from ..sources.resolve import DEFAULT_LANG, model_files
+from ..sources.load import load_encoder
 from ..util.request_batcher import RequestBatcher
 from ..util.cancel import CallCancelled, current_handle
-from ..util.files import PathLike
-from .devices import check_device
 from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
@@ -210,18 +207,6 @@ class ElmoRuntime:
         state = dict(self.__dict__)
         state["_threads_applied"] = None  # a copy in another process applies the setting there
         return state
-
-
-def load_encoder(
-    options_file: Optional[PathLike],
-    weight_file: Optional[PathLike],
-    lang: str = DEFAULT_LANG,
-    device: Union[str, torch.device, None] = None,
-) -> ElmoEncoder:
-    """The biLM of an ``options.json`` and weights ``.hdf5`` (or a downloaded model's name as ``options_file``, or
-    neither: the model embedded for ``lang``) on ``device`` (checked first; default the CPU)."""
-    target = check_device(str(device or "cpu"))
-    return ElmoEncoder(load_files(*model_files(options_file, weight_file, lang))).to(target)
 
 
 def _check_cancelled() -> None:

@@ -77,8 +77,9 @@ class BiLmSettings:
     batch_requests, batch_wait_ms: calls from several threads merged into one biLM run, and how long a call may wait
         for others after a merged batch.
     shared_batch_tokens: padded tokens (rows times the longest row) per biLM run while calls of several threads
-        wait: a long call is cut into pieces that take turns with the short ones (a call alone runs batches of
-        ``max_batch_tokens``; after calls have met, growing back to them from this size).
+        wait: a long call is cut into pieces that take turns with the short ones. A call alone runs batches of
+        ``max_batch_tokens`` until calls first meet; after that it keeps to this size while traffic goes on and for
+        2 s after (``util/batch_planner.py``), then grows back to ``max_batch_tokens``.
     """
 
     options_file: Optional[str] = None

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from spacy_elmo.errors import ElmoSettingsError
-from spacy_elmo.runtime.devices import check_device
+from spacy_elmo.model.devices import check_device
 
 
 def test_the_cpu_is_always_there():
