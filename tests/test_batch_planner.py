@@ -29,6 +29,17 @@ def test_padded_batches_cost_rows_times_the_largest_item():
     assert second.shares == (("short", 10),)
 
 
+def test_a_batch_new_calls_start_is_not_lengthened_by_the_calls_served_before():
+    # Shared budget 10, padded. The long call had the batch before; the short one is new and goes first (a 2).
+    # The long call's 3 would lengthen the batch to 3 steps (2 * 3 = 6 <= 10, within the budget): it waits. Its
+    # 2s do not lengthen it: 2, then 2 (4), then 2 (6)... up to 10 / 2 = 5 rows.
+    turns = Turns(last=("long",), met=True, traffic_at=0.0)
+    longer_first = plan_batch([Waiting("long", [3, 2, 2]), Waiting("short", [2])], turns, PADDED, now=0.0)
+    assert longer_first.shares == (("short", 1),)
+    as_long = plan_batch([Waiting("long", [2, 2, 2, 2, 2]), Waiting("short", [2])], turns, PADDED, now=0.0)
+    assert as_long.shares == (("short", 1), ("long", 4))
+
+
 def test_an_item_over_the_budget_is_a_batch_alone():
     assert plan_batch([Waiting("a", [50, 1])], Turns(), COUNTED, now=0.0).shares == (("a", 1),)
 

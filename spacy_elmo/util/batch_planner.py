@@ -110,6 +110,10 @@ def plan_batch(waiting: Sequence[Waiting], turns: Turns, budgets: Budgets, now: 
         turns = Turns(turns.last, turns.met or together, now, 0)
     bound = budget(budgets, turns, now)
     lone_runs = 0 if _held(budgets, turns, now) else turns.lone_runs + 1
+    # A batch that new calls start is as long as their items need: a call served in the batch before joins it only
+    # with items that do not lengthen it, so a short call arriving beside a long one waits for the batch in
+    # progress and then for its own length, not for a shared-size batch of the long one's.
+    newcomers_first = budgets.padded and together and calls[0].key not in served
     taken: List[int] = [0] * len(calls)
     rows = total = largest = 0
     added = True
@@ -120,6 +124,8 @@ def plan_batch(waiting: Sequence[Waiting], turns: Turns, budgets: Budgets, now: 
                 continue
             cost = call.costs[taken[n]]
             if rows and batch_cost(rows + 1, max(largest, cost), total + cost, budgets.padded) > bound:
+                continue
+            if rows and newcomers_first and call.key in served and cost > largest:
                 continue
             rows, total, largest = rows + 1, total + cost, max(largest, cost)
             taken[n] += 1
