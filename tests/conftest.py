@@ -8,7 +8,9 @@ turns those skips into failures, so that CI cannot pass by skipping.
 Tiers: tests marked ``slow`` (they start processes or take over ~5 s) are left out by pytest.ini's
 ``-m "not slow"``; ``--all`` runs them too.
 """
+import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -18,6 +20,8 @@ from typing import Callable, List, Optional, Tuple
 
 import pytest
 import torch
+
+from spacy_elmo.sources.download import sha256_of
 
 # The test models are tiny: one thread is faster for them, and avoids threads spinning against each other.
 torch.set_num_threads(1)
@@ -80,6 +84,20 @@ def allennlp_files():
 @pytest.fixture(scope="session")
 def bilm_tf_files():
     return BILM_TF / "options.json", BILM_TF / "lm_weights.hdf5"
+
+
+@pytest.fixture
+def downloaded_original(tmp_path, monkeypatch) -> Path:
+    """A model cache where "original" is downloaded, as a download leaves it (its files and a manifest of their
+    checksums), holding the AllenNLP test model. Returns the cache folder."""
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
+    folder = tmp_path / "original"
+    folder.mkdir()
+    shutil.copy(ALLENNLP / "options.json", folder / "options.json")
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
+    digests = {name: sha256_of(folder / name) for name in ("options.json", "weights.hdf5")}
+    (folder / "manifest.json").write_text(json.dumps({"sha256": digests}))
+    return tmp_path
 
 
 # --- calls from several Python threads at once (tests of the request batcher and its users) ---

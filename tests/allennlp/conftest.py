@@ -1,15 +1,11 @@
 """What the tests of the AllenNLP-compatible API share: the reference fixture's sentences and expected top layers."""
 import json
-import shutil
 from pathlib import Path
 from typing import List, Tuple
 
 import h5py
 import numpy as np
-import pytest
 
-from spacy_elmo.sources.download import sha256_of
-from tests.conftest import ALLENNLP
 
 
 def reference_batches(folder: Path, sentences_file: str) -> List[Tuple[List[List[str]], List[np.ndarray]]]:
@@ -22,17 +18,3 @@ def reference_batches(folder: Path, sentences_file: str) -> List[Tuple[List[List
         expected = [np.concatenate(tuple(files[k][str(i)][()]), axis=-1) for k in range(3)]
         batches.append(([sentences[k][i].split() for k in range(3)], expected))
     return batches
-
-
-@pytest.fixture
-def downloaded_original(tmp_path, monkeypatch) -> Path:
-    """A model cache where "original" is downloaded, as a download leaves it (its files and a manifest of their
-    checksums), holding the AllenNLP test model. Returns the cache folder."""
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    folder = tmp_path / "original"
-    folder.mkdir()
-    shutil.copy(ALLENNLP / "options.json", folder / "options.json")
-    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
-    digests = {name: sha256_of(folder / name) for name in ("options.json", "weights.hdf5")}
-    (folder / "manifest.json").write_text(json.dumps({"sha256": digests}))
-    return tmp_path

@@ -1,12 +1,9 @@
 """Published models' URLs (as AllenNLP programs pass them) resolve to the downloaded model of that name."""
-import json
-import shutil
 
 import pytest
 
 from spacy_elmo.errors import ElmoSettingsError, NotDownloadedError
 from spacy_elmo.sources.catalog import CATALOG
-from spacy_elmo.sources.download import sha256_of
 from spacy_elmo.sources.resolve import model_files, published_name
 from tests.conftest import ALLENNLP
 
@@ -33,14 +30,8 @@ def test_paths_are_not_urls():
     assert published_name(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5") is None
 
 
-def test_urls_of_a_downloaded_model_give_its_files(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    folder = tmp_path / "original"
-    folder.mkdir()
-    shutil.copy(ALLENNLP / "options.json", folder / "options.json")
-    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
-    digests = {name: sha256_of(folder / name) for name in ("options.json", "weights.hdf5")}
-    (folder / "manifest.json").write_text(json.dumps({"sha256": digests}))
+def test_urls_of_a_downloaded_model_give_its_files(downloaded_original):
+    folder = downloaded_original / "original"
     assert model_files(*ALLENNLP_09) == (folder / "options.json", folder / "weights.hdf5")
 
 
