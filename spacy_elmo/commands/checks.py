@@ -1,11 +1,12 @@
 """Checks of the paths a command is given, made before the command imports torch, spaCy or the model: a mistyped
-path is then a one-line error at once, not after seconds of imports. This module imports only the standard library
-and the package's errors; each check raises the error class its command raises for the same mistake later on."""
+path is then a one-line error at once, not after seconds of imports. This module imports only the standard library,
+the package's errors and the model sources' light name checks; each check raises the error class its command raises for the same mistake later on."""
 import os
 from pathlib import Path
 from typing import Optional, Type
 
 from ..errors import ElmoError, ElmoOptionsError, ElmoWeightsError
+from ..sources.resolve import is_url
 from ..util.files import PathLike
 
 
@@ -44,10 +45,11 @@ def check_output_path(path: PathLike, what: str, error: Type[ElmoError], folder:
         raise error(f"{what} {path} cannot be made: no permission to write in {parent}; choose another path")
 
 
-def check_model_files(options_file: Optional[PathLike], weight_file: Optional[PathLike]) -> None:
+def check_model_paths(options_file: Optional[PathLike], weight_file: Optional[PathLike]) -> None:
     """Refuse a given biLM options or weights file that does not exist, as loading it would, but before the model
-    is imported. One given alone is left to the biLM's settings: it may name a published model."""
-    if options_file is not None and weight_file is not None:
+    is imported. What is not a pair of paths is left to the biLM's settings (``sources.resolve.check_model_files``):
+    one given alone may name a published model, and URLs may stand for one."""
+    if options_file is not None and weight_file is not None and not (is_url(options_file) or is_url(weight_file)):
         hint = "give an ELMo model's file, or neither --options nor --weights for the embedded model"
         check_input_file(options_file, "ELMo options file", ElmoOptionsError, hint)
         check_input_file(weight_file, "ELMo weight file", ElmoWeightsError, hint)

@@ -5,7 +5,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import typer
 
-from .checks import check_input_file, check_input_path, check_model_files, check_output_path
+from .checks import check_input_file, check_input_path, check_model_paths, check_output_path
 from ..errors import ElmoError, ElmoSettingsError, PlotError, PretrainConfigError
 from ..util.interrupts import sigterm_as_interrupt
 from ..model.options import PRESET_NAMES
@@ -47,7 +47,7 @@ def demo(
 ) -> None:
     """Show contextual nearest neighbours separating the senses of "bank" and "play"."""
     with user_errors():
-        check_model_files(options_file, weight_file)
+        check_model_paths(options_file, weight_file)
         from .demo import run
 
         run(options_file, weight_file)
@@ -242,7 +242,7 @@ def embed(
             # the files before the model's imports (seconds): a mistyped path is reported at once
             check_input(input_file)
             check_output(output)
-            check_model_files(options_file, weight_file)
+            check_model_paths(options_file, weight_file)
 
             from .embed import EmbedSettings, bilm_settings, embed_file
             from ..model.devices import check_device

@@ -6,8 +6,8 @@ takes nothing more: training revisits sentences in cycles, where least-recently-
 eviction would throw out every sentence just before it comes back.
 
 The store is the biLM model's (an attr, see ``architectures.py``), sized by the ``elmo`` component's
-``train_cache_mb``. It is never saved (thinc leaves out attrs msgpack cannot write), and a copy of the model (``Model.copy``, ``copy.deepcopy``) starts with an
-empty store of the same budget.
+``train_cache_mb``. It is never saved (thinc leaves out attrs msgpack cannot write), and a copy of the model
+(``Model.copy``, ``copy.deepcopy``) starts with an empty store of the same budget.
 """
 from typing import Any, Dict, Optional, Tuple
 
@@ -51,4 +51,3 @@ class LayerCache:
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "LayerCache":
         return LayerCache(self.max_bytes)
-

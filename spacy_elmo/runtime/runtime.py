@@ -43,8 +43,9 @@ class ElmoRuntime:
     no result keeps a run's buffers alive.
     Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
     vectors; a call made inside a :class:`~spacy_elmo.util.cancel.CancelHandle`'s scope stops, when the handle is
-    cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs one call at a time, in order, each call one biLM batch (row ``r`` of a call
-    continues row ``r`` of the call before, as in AllenNLP).
+    cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs one call at
+    a time, in order, each call one biLM batch (row ``r`` of a call continues row ``r`` of the call before, as in
+    AllenNLP).
 
     Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
     one thread while no call runs. The thread setting is process-wide (torch has no other): it is applied

@@ -1,4 +1,5 @@
 import re
+import os
 import subprocess
 import sys
 import textwrap
@@ -132,6 +133,20 @@ def test_embed_reports_a_wrong_model_option_in_one_line_without_a_traceback(tmp_
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("✘ ") and named[wrong] in done.stderr, done.stderr
     assert ("damaged" in done.stderr) == (wrong == "damaged")
+
+
+def test_embed_leaves_a_published_models_urls_to_the_model_sources(tmp_path):
+    """AllenNLP's URLs of the original model are not local paths to check: not downloaded, the one line says how."""
+    urls = [f"https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"
+            f"elmo_2x4096_512_2048cnn_2xhighway_{name}" for name in ("options.json", "weights.hdf5")]
+    (tmp_path / "in.txt").write_text("The cat sat .\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", "embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"),
+         "--options", urls[0], "--weights", urls[1], "--quiet"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "SPACY_ELMO_CACHE": str(tmp_path / "cache")},
+    )
+    assert done.returncode == 1 and done.stderr.startswith("✘ ") and done.stderr.count("\n") == 1, done.stderr
+    assert "python -m spacy_elmo download original" in done.stderr and "not found" not in done.stderr
 
 
 def _damaged_weights(folder: Path) -> Path:
