@@ -17,9 +17,11 @@ Needs the ``serve`` extra (``pip install -e ".[serve]"``).
     python benchmarks/serving.py http
 
 ``traffic``: the example web app with a long request in flight, under light and heavy traffic: one client posting a
-UD-EWT dev sentence every ``--interval`` s (open loop), then ``--clients`` clients posting one after the other
+UD-EWT dev sentence every ``--interval`` s (open loop, its first request at a random point of the first interval:
+arrivals that do not know when the long request began), then ``--clients`` clients posting one after the other
 (closed loop); for each, the short requests' p50/p95 alone and while one ``--long-words`` request runs, and their
-ratio (target: p95 within 3x in both), ``--rounds`` times.
+ratio (target: p95 within 3x in both), ``--rounds`` times. ``--against DIR``: the same, in the same rounds, on a
+second server running the example and package of the checkout in ``DIR`` (old against new in one run).
 
     python benchmarks/serving.py traffic
 
@@ -32,13 +34,14 @@ The model is the English one embedded in the package, on one torch thread (the d
 """
 import argparse
 import os
+import random
 import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
@@ -47,6 +50,7 @@ from common import header, load_sentences  # noqa: E402
 
 
 ROOT = Path(__file__).resolve().parents[1]
+PHASES = random.Random(0)  # where in its first interval an open-loop client starts
 
 
 def short_requests() -> List[str]:
@@ -157,18 +161,18 @@ def long_report(args: argparse.Namespace) -> None:
 
 
 @contextmanager
-def example_server(startup_s: float = 120) -> Iterator[str]:
-    """examples/serve.py under uvicorn on a free port of 127.0.0.1 (this checkout's package first on the path); its
-    base URL once ``/health`` answers. Stopped after."""
+def example_server(startup_s: float = 120, checkout: Path = ROOT) -> Iterator[str]:
+    """examples/serve.py under uvicorn on a free port of 127.0.0.1, with ``checkout``'s example and package (first on
+    the path; default: this checkout's); its base URL once ``/health`` answers. Stopped after."""
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "uvicorn", "serve:app", "--app-dir", str(ROOT / "examples"), "--host",
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "uvicorn", "serve:app", "--app-dir", str(checkout / "examples"), "--host",
                "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    server = subprocess.Popen(command, env=env)
+    server = subprocess.Popen(command, env=env, cwd=checkout)  # the working directory is first on uvicorn's path
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_s
@@ -232,10 +236,10 @@ def http_report(args: argparse.Namespace) -> None:
 
 
 def open_loop(send: Callable[[object], object], texts: List[str], interval: float, stop: threading.Event) -> List[float]:
-    """One client sending ``texts`` in turn, one every ``interval`` s (at once when the one before took longer), until
-    ``stop`` is set; each request's latency (s)."""
+    """One client sending ``texts`` in turn, one every ``interval`` s (at once when the one before took longer), the
+    first at a random point of the first interval, until ``stop`` is set; each request's latency (s)."""
     latencies: List[float] = []
-    due = time.perf_counter()
+    due = time.perf_counter() + PHASES.uniform(0, interval)
     n = 0
     while not stop.is_set():
         time.sleep(max(0.0, due - time.perf_counter()))
@@ -260,50 +264,26 @@ def with_long(send: Callable[[str], object], long_text: str, traffic: Callable[[
 
 
 def traffic_report(args: argparse.Namespace) -> None:
-    """Short requests' latency alone and with a long request in flight, light traffic and heavy."""
-    import httpx
+    """Short requests' latency alone and with a long request in flight, light traffic and heavy; with ``--against``,
+    on both checkouts' servers in the same rounds."""
 
     texts = short_requests()
     long_text = long_request(args.long_words)
-    light_alone = int(args.light_seconds / args.interval)
+    checkouts = {"": ROOT}
+    if args.against is not None:
+        checkouts = {" (this checkout)": ROOT, f" ({args.against})": Path(args.against)}
     results: Dict[str, Dict[str, list]] = {}
-    limits = httpx.Limits(max_connections=args.clients + 2)
-    with example_server() as url, httpx.Client(base_url=url, timeout=600, limits=limits) as client:
-        def send(text: str) -> None:
-            client.post("/embed", json={"text": text}).raise_for_status()
-
-        closed_loop(send, [texts[i :: args.clients][:50] for i in range(args.clients)])  # warm-up: the token cache
-
-        def light(stop: threading.Event) -> List[float]:
-            return open_loop(send, texts, args.interval, stop)
-
-        def heavy(stop: threading.Event) -> List[float]:
-            shares = [texts[i :: args.clients] for i in range(args.clients)]
-            run = closed_loop(send, shares, stop)
-            stop.wait()
-            for thread in run["threads"]:
-                thread.join()
-            return run["latencies"]
-
-        def light_alone_run() -> List[float]:
-            stop = threading.Event()
-            timer = threading.Timer(light_alone * args.interval, stop.set)
-            timer.start()
-            return open_loop(send, texts, args.interval, stop)
-
-        def heavy_alone_run() -> List[float]:
-            return closed_loop(send, [texts[i :: args.clients][: args.requests] for i in range(args.clients)])["latencies"]
-
-        modes = {f"1 client every {args.interval} s": (light_alone_run, light),
-                 f"{args.clients} clients": (heavy_alone_run, heavy)}
-        for mode in modes:
-            results[mode] = {"alone": [], "with long": [], "long s": []}
+    with ExitStack() as stack:
+        rounds = [traffic_modes(args, texts, stack.enter_context(example_server(checkout=path)), stack)
+                  for path in checkouts.values()]
         for _ in range(args.rounds):
-            for mode, (alone, mixed) in modes.items():
-                results[mode]["alone"] += alone()
-                latencies, long_s = with_long(send, long_text, mixed)
-                results[mode]["with long"] += latencies
-                results[mode]["long s"].append(long_s)
+            for label, modes in zip(checkouts, rounds):
+                for mode, (alone, mixed, send) in modes.items():
+                    r = results.setdefault(mode + label, {"alone": [], "with long": [], "long s": []})
+                    r["alone"] += alone()
+                    latencies, long_s = with_long(send, long_text, mixed)
+                    r["with long"] += latencies
+                    r["long s"].append(long_s)
     header(sys.argv)
     print(f"examples/serve.py (uvicorn, one process) on 127.0.0.1; UD-EWT dev sentences posted to /embed, one per "
           f"request: one client every {args.interval} s (open loop), or {args.clients} clients one request after the "
@@ -317,6 +297,44 @@ def traffic_report(args: argparse.Namespace) -> None:
         print(f"| {mode} | {len(r['alone'])} / {len(r['with long'])} | {percentile(r['alone'], .5) * 1000:.0f} ms | "
               f"{p95 * 1000:.0f} ms | {percentile(r['with long'], .5) * 1000:.0f} ms | {p95_mixed * 1000:.0f} ms | "
               f"{p95_mixed / p95:.1f} | {statistics.median(r['long s']):.1f} |")
+
+
+def traffic_modes(args: argparse.Namespace, texts: List[str], url: str, stack: ExitStack) -> Dict[str, tuple]:
+    """For the server at ``url`` (its token cache warmed on ``texts``): each kind of traffic's run alone, its run
+    while a long request is sent, and the request sender."""
+    import httpx
+
+    light_alone = int(args.light_seconds / args.interval)
+    limits = httpx.Limits(max_connections=args.clients + 2)
+    client = stack.enter_context(httpx.Client(base_url=url, timeout=600, limits=limits))
+
+    def send(text: str) -> None:
+        client.post("/embed", json={"text": text}).raise_for_status()
+
+    closed_loop(send, [texts[i :: args.clients][:50] for i in range(args.clients)])  # warm-up: the token cache
+
+    def light(stop: threading.Event) -> List[float]:
+        return open_loop(send, texts, args.interval, stop)
+
+    def heavy(stop: threading.Event) -> List[float]:
+        shares = [texts[i :: args.clients] for i in range(args.clients)]
+        run = closed_loop(send, shares, stop)
+        stop.wait()
+        for thread in run["threads"]:
+            thread.join()
+        return run["latencies"]
+
+    def light_alone_run() -> List[float]:
+        stop = threading.Event()
+        timer = threading.Timer(light_alone * args.interval, stop.set)
+        timer.start()
+        return open_loop(send, texts, args.interval, stop)
+
+    def heavy_alone_run() -> List[float]:
+        return closed_loop(send, [texts[i :: args.clients][: args.requests] for i in range(args.clients)])["latencies"]
+
+    return {f"1 client every {args.interval} s": (light_alone_run, light, send),
+            f"{args.clients} clients": (heavy_alone_run, heavy, send)}
 
 
 def abandon_report(args: argparse.Namespace) -> None:
@@ -376,6 +394,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     traffic.add_argument("--requests", type=int, default=40, help="requests per heavy client, alone")
     traffic.add_argument("--long-words", type=int, default=30000, help="words of the long request")
     traffic.add_argument("--rounds", type=int, default=2, help="rounds of both kinds of traffic")
+    traffic.add_argument("--against", help="another checkout whose example and package to measure in the same rounds")
     abandon = commands.add_parser("abandon", help="a long request whose client gives up (serve extra)")
     abandon.add_argument("--long-words", type=int, default=30000, help="words of the long request")
     abandon.add_argument("--timeout", type=float, default=1.0, help="seconds the client waits")

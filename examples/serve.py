@@ -18,7 +18,8 @@ Requests run in threads of FastAPI's pool, so requests that arrive together call
 time, and the ``elmo`` component runs the texts that arrive while the biLM is busy together, in shared batches
 (``batch_requests``, on by default). The endpoint itself is ``async``: it waits for its thread while watching the
 connection, and when the client goes away (a timeout, a closed page) it cancels the call through a
-``spacy_elmo.CancelHandle``: the biLM stops working for it after the run in progress.
+``spacy_elmo.CancelHandle``: the biLM stops working for it after the run in progress (at the run's next pause, when
+the run is the request's alone).
 """
 import asyncio
 import os

@@ -338,3 +338,164 @@ def test_a_leader_cancelled_while_it_waits_for_joiners_lets_the_next_call_lead()
     join_threads(after)
     assert isinstance(got[4], CallCancelled) and (later[5], later[6]) == (50, 60)
     assert [sorted(c) for c in run.calls] == [[0], [1, 2], [5, 6]]
+
+
+class SteppedRun:
+    """A batch function in ``steps`` steps, calling the batcher's pause point before each; it logs when each batch
+    starts and ends, and waits at ``(first item, step)`` in ``gates`` until that event is set (``reached`` lists the
+    gates it came to). Each item is its own cost (a sentence's length)."""
+
+    def __init__(self, steps: int = 3):
+        self.steps, self.log, self.gates, self.reached = steps, [], {}, []
+        self.batcher = None
+
+    def __call__(self, items: list) -> list:
+        self.log.append(("start", list(items)))
+        for step in range(self.steps):
+            gate = self.gates.get((items[0], step))
+            if gate is not None:
+                self.reached.append((items[0], step))
+                gate.wait(JOIN_TIMEOUT)
+            self.batcher.pause_point()
+        self.log.append(("end", list(items)))
+        return [x * 10 for x in items]
+
+
+def stepped_batcher(steps: int = 3, **options) -> tuple:
+    run = SteppedRun(steps)
+    run.batcher = RequestBatcher(run, slice_s=0, **options)
+    return run, run.batcher
+
+
+def own_cost(item: int) -> int:
+    return item
+
+
+def call_during(run: SteppedRun, batcher: RequestBatcher, first: tuple, later: list, **options) -> dict:
+    """``first`` runs and stops at its first step; each of ``later`` is then queued in turn; it goes on. Returns
+    what each call got."""
+    run.gates[(first[0], 0)] = threading.Event()
+    threads, answers = start_threads(lambda items: batcher(items, cost=own_cost, **options), [first])
+    wait_until(lambda: len(run.log) == 1)
+    for n, items in enumerate(later, start=2):
+        threads += start_threads(lambda items: batcher(items, cost=own_cost, **options), [items], answers)[0]
+        wait_until(lambda n=n: batcher.waiting_calls == n)
+    run.gates[(first[0], 0)].set()
+    join_threads(threads)
+    return answers
+
+
+def test_a_short_call_arriving_while_a_long_batch_runs_is_served_at_its_next_pause_point():
+    run, batcher = stepped_batcher()
+    answers = call_during(run, batcher, (43, 42, 41, 40), [(5,)])
+    assert run.log == [("start", [43, 42, 41, 40]), ("start", [5]), ("end", [5]), ("end", [43, 42, 41, 40])]
+    assert answers[(5,)] == [50] and answers[(43, 42, 41, 40)] == [430, 420, 410, 400]
+    assert batcher.batches_run == 2 and batcher.items_run == 5
+
+
+def test_only_calls_at_most_half_as_long_as_the_running_batch_are_served_inside_it():
+    """While a batch of cost 10 runs, a call of cost 6 waits for it (it would end about as soon); one of 5 does not."""
+    run, batcher = stepped_batcher()
+    call_during(run, batcher, (10,), [(6,), (5,)])
+    assert run.log == [("start", [10]), ("start", [5]), ("end", [5]), ("end", [10]), ("start", [6]), ("end", [6])]
+
+
+def test_a_nested_batch_is_planned_within_the_running_batch_cost():
+    """Two calls of two items queued while a batch of cost 12 runs: one item of each fits in a nested batch (their
+    second items would make it cost 18); the rest runs in a later batch."""
+    run, batcher = stepped_batcher()
+    answers = call_during(run, batcher, (10, 2), [(5, 5), (4, 4)])
+    assert run.log[:3] == [("start", [10, 2]), ("start", [5, 4]), ("end", [5, 4])]
+    assert answers[(5, 5)] == [50, 50] and answers[(4, 4)] == [40, 40]
+
+
+def test_a_batch_runs_a_slice_before_it_pauses():
+    run = SteppedRun()
+    batcher = run.batcher = RequestBatcher(run, slice_s=JOIN_TIMEOUT * 10)
+    call_during(run, batcher, (43, 42, 41, 40), [(5,)])
+    assert run.log == [("start", [43, 42, 41, 40]), ("end", [43, 42, 41, 40]), ("start", [5]), ("end", [5])]
+
+
+def test_a_nested_batch_does_not_pause_for_calls_arriving_while_it_runs():
+    """Batches of one step: the long one pauses once, for the first short call; the second, arriving while the first
+    runs nested, waits for the long one to end."""
+    run, batcher = stepped_batcher(steps=1)
+    run.gates[(43, 0)], run.gates[(20, 0)] = threading.Event(), threading.Event()
+    threads, answers = start_threads(lambda items: batcher(items, cost=own_cost), [(43, 42, 41, 40)])
+    wait_until(lambda: len(run.log) == 1)
+    threads += start_threads(lambda items: batcher(items, cost=own_cost), [(20,)], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 2)
+    run.gates[(43, 0)].set()
+    wait_until(lambda: len(run.log) == 2)  # (20,) runs nested, stopped at its gate
+    threads += start_threads(lambda items: batcher(items, cost=own_cost), [(5,)], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 3)
+    run.gates[(20, 0)].set()
+    join_threads(threads)
+    assert run.log == [("start", [43, 42, 41, 40]), ("start", [20]), ("end", [20]), ("end", [43, 42, 41, 40]),
+                       ("start", [5]), ("end", [5])]
+
+
+def test_calls_queued_behind_a_call_that_does_not_merge_are_not_served_before_it():
+    run, batcher = stepped_batcher()
+    run.gates[(43, 0)] = threading.Event()
+    threads, answers = start_threads(lambda items: batcher(items, cost=own_cost), [(43, 42, 41, 40)])
+    wait_until(lambda: len(run.log) == 1)
+    threads += start_threads(lambda items: batcher(items, merge=False, cost=own_cost), [(5,)], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 2)
+    threads += start_threads(lambda items: batcher(items, cost=own_cost), [(7,)], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 3)
+    run.gates[(43, 0)].set()
+    join_threads(threads)
+    assert run.log == [("start", [43, 42, 41, 40]), ("end", [43, 42, 41, 40]), ("start", [5]), ("end", [5]),
+                       ("start", [7]), ("end", [7])]
+
+
+def test_a_batch_whose_calls_are_all_cancelled_stops_at_its_next_pause_point():
+    run, batcher = stepped_batcher()
+    run.gates[(43, 0)] = threading.Event()
+    handle = CancelHandle()
+
+    def cancellable(items):
+        with handle.scope():
+            return batcher(items, cost=own_cost)
+
+    threads, answers = start_threads(cancellable, [(43, 42, 41, 40)])
+    wait_until(lambda: len(run.log) == 1)
+    handle.cancel()
+    run.gates[(43, 0)].set()
+    join_threads(threads)
+    assert isinstance(answers[(43, 42, 41, 40)], CallCancelled) and run.log == [("start", [43, 42, 41, 40])]
+    assert batcher.batches_run == 0 and batcher([5]) == [50] and batcher.batches_run == 1
+
+
+def test_a_pause_point_outside_a_running_batch_does_nothing():
+    run, batcher = stepped_batcher()
+    batcher.pause_point()
+    assert batcher([1]) == [10] and run.log == [("start", [1]), ("end", [1])]
+
+
+def test_a_batch_of_several_calls_pauses_only_when_the_newcomers_gain_more_than_its_calls_lose():
+    """Calls (10,) and (10,) share a batch. One call of cost 5 arriving would gain 5 and cost each of the two 5: it
+    waits at the first pause point. With a second one there at the next, the two gain as much as the batch's two
+    calls lose: they are served inside."""
+    run, batcher = stepped_batcher()
+    run.gates.update({(1, 0): threading.Event(), (10, 0): threading.Event(), (10, 1): threading.Event()})
+    threads, answers = start_threads(lambda items: batcher(items, cost=own_cost), [(1,)])
+    wait_until(lambda: len(run.log) == 1)
+    for n, key in enumerate(["first", "second"], start=2):  # two calls of one item of cost 10
+        threads += start_threads(lambda _: batcher([10], cost=own_cost), [key], answers)[0]
+        wait_until(lambda n=n: batcher.waiting_calls == n)
+    run.gates[(1, 0)].set()
+    wait_until(lambda: (10, 0) in run.reached)
+    threads += start_threads(lambda _: batcher([5], cost=own_cost), ["third"], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 3)
+    run.gates[(10, 0)].set()
+    wait_until(lambda: (10, 1) in run.reached)
+    assert run.log[-1] == ("start", [10, 10])  # not paused for the one call
+    threads += start_threads(lambda _: batcher([5], cost=own_cost), ["fourth"], answers)[0]
+    wait_until(lambda: batcher.waiting_calls == 4)
+    run.gates[(10, 1)].set()
+    join_threads(threads)
+    assert run.log[2:] == [("start", [10, 10]), ("start", [5, 5]), ("end", [5, 5]), ("end", [10, 10])]
+    assert all(answers[key] == [value] for key, value in
+               (("first", 100), ("second", 100), ("third", 50), ("fourth", 50)))

@@ -1,6 +1,6 @@
 """The bidirectional language model: token layer, then separate forward and backward LSTM stacks."""
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -161,11 +161,18 @@ class BiLm(nn.Module):
         return list(out.layers().view(-1, batch, steps, 2 * dim).unbind(0)), final
 
     def run(
-        self, inputs: torch.Tensor, packing: Packing, state: Optional[BiLmState], out: LayerOutput, tokens: np.ndarray
+        self,
+        inputs: torch.Tensor,
+        packing: Packing,
+        state: Optional[BiLmState],
+        out: LayerOutput,
+        tokens: np.ndarray,
+        pause: Optional[Callable[[], None]] = None,
     ) -> BiLmState:
         """Both LSTM stacks over packed ``inputs`` ``(2, n_packed, projection_dim)`` (each row read forward and
         backward, see :class:`Packing`), every layer written into ``out`` at ``tokens`` (each packed position's
-        token there, -1: none; from :meth:`Packing.destinations`). Returns each row's final state."""
+        token there, -1: none; from :meth:`Packing.destinations`); ``pause`` called before each LSTM step (see
+        :func:`run_packed`). Returns each row's final state."""
         if state is None:
             state = BiLmState.zeros(self.options, packing.batch, inputs)
         start = state.select(packing.order)
@@ -174,7 +181,7 @@ class BiLm(nn.Module):
         final_h, final_c = [], []
         for k, lstms in enumerate(zip(self.forward_lstms, self.backward_lstms)):
             products = prepared_products(lstms, self._products, k)
-            layer, h_n, c_n = run_packed(products, inputs, packing.active, start.h[k], start.c[k])
+            layer, h_n, c_n = run_packed(products, inputs, packing.active, start.h[k], start.c[k], pause)
             if k > 0 and self.options.use_skip_connections:
                 layer.add_(inputs)  # ``layer`` is the LSTM's own new output: adding in place changes nothing else
             out.write(k + 1, index, layer)

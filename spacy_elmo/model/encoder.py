@@ -1,6 +1,6 @@
 """Sentences in, ELMo layers out: tokens to char ids, the token layer (with its cache), the biLM, batching."""
 import warnings
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -213,11 +213,16 @@ class ElmoEncoder(nn.Module):
         return LayerOutput(self.bilm.w_proj, self.options.n_output_layers, n_tokens, self.options.projection_dim)
 
     def encode(
-        self, sentences: Sequence[Sequence[str]], state: Optional[BiLmState], out: LayerOutput, starts: np.ndarray
+        self,
+        sentences: Sequence[Sequence[str]],
+        state: Optional[BiLmState],
+        out: LayerOutput,
+        starts: np.ndarray,
+        pause: Optional[Callable[[], None]] = None,
     ) -> BiLmState:
         """One biLM pass over a batch, sentence ``i``'s layers written into ``out`` from token ``starts[i]`` on, its
-        ``<S>`` and ``</S>`` left out. ``state``: each row's start (None: :meth:`start_state`). Returns each row's
-        final state.
+        ``<S>`` and ``</S>`` left out. ``state``: each row's start (None: :meth:`start_state`); ``pause``: called
+        before each LSTM step, where the pass may give way to other work. Returns each row's final state.
 
         The token vectors go straight from the table of distinct tokens to the packed LSTM inputs, both readings
         of every sentence, and each layer straight from the packed rows to ``out``: no padded copy in between.
@@ -229,4 +234,4 @@ class ElmoEncoder(nn.Module):
         packing = Packing(batch.lengths, batch.index.shape[1], self.device)
         types = torch.from_numpy(batch.index.reshape(-1)[packing.positions].reshape(-1)).to(self.device)
         inputs = table.index_select(0, types).view(2, -1, table.shape[1])
-        return self.bilm.run(inputs, packing, state, out, packing.destinations(starts, 1))
+        return self.bilm.run(inputs, packing, state, out, packing.destinations(starts, 1), pause)

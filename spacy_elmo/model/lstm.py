@@ -11,7 +11,7 @@ products are built (exact: a power of two) one ``sigmoid`` covers all four gates
 doubled, ``2c`` (exact too), which is what ``tanh(c)`` needs: a step is then 12 tensor operations instead of 15, none
 with a Python number to wrap, which matters where a step's rows are few (one sentence per call: 10 us of its 150).
 """
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -181,7 +181,12 @@ class MixOutput:
 
 
 def run_packed(
-    products: "StackedProducts", x: torch.Tensor, active: List[int], h0: torch.Tensor, c0: torch.Tensor
+    products: "StackedProducts",
+    x: torch.Tensor,
+    active: List[int],
+    h0: torch.Tensor,
+    c0: torch.Tensor,
+    pause: Optional[Callable[[], None]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run several LSTMs of the same shape and clipping side by side (their ``products``), one per leading index of
     ``x``.
@@ -191,6 +196,8 @@ def run_packed(
     The input product runs over blocks of about ``BLOCK_ROWS`` packed rows (large products, small enough
     to stay in cache); each step then does one batched product per matrix for all the LSTMs, over the
     rows still running.
+    ``pause``: called before each step, where the run may give way to other work (a service's newly arrived
+    requests) and go on afterwards unchanged.
     Returns the packed outputs ``(n_lstms, n_packed, projection_dim)`` and each row's final state.
     """
     first = products.lstms[0]
@@ -203,6 +210,8 @@ def run_packed(
     blocks = _blocks(active, BLOCK_ROWS)
     for sizes, x_block in zip(blocks, x.split([sum(b) for b in blocks], dim=1)):
         for n, step_in in zip(sizes, products.inputs(x_block, scratch).split(sizes, dim=1)):
+            if pause is not None:
+                pause()
             if n < h.shape[1]:
                 final_h.append(h[:, n:])
                 final_c2.append(c2[:, n:])

@@ -1,5 +1,5 @@
 """Token sequences through an :class:`ElmoEncoder`, batch by batch, their layers packed on one token axis."""
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -36,13 +36,15 @@ class SegmentEncoder(nn.Module):
         segments: Sequence[Sequence[str]],
         max_batch_tokens: Optional[int] = None,
         mix: Optional[torch.Tensor] = None,
+        pause: Optional[Callable[[], None]] = None,
     ) -> torch.Tensor:
         """All segments' layers, ``(n_layers + 1, total_tokens, dim)``, segment after segment.
 
         With ``mix`` (one weight per layer) the layers are summed with these weights as each is produced and
         ``(total_tokens, dim)`` comes back, so the layers themselves are never stored. Every batch writes its
-        tokens' rows straight into the one output. In the stateful mode the carried state changes only when the
-        whole call has run, so an interrupted call leaves it as it was.
+        tokens' rows straight into the one output. ``pause`` is called between the steps of each batch (see
+        :meth:`ElmoEncoder.encode`). In the stateful mode the carried state changes only when the whole call has
+        run, so an interrupted call leaves it as it was.
         """
         lengths = np.array([len(s) for s in segments], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(lengths)))
@@ -54,7 +56,7 @@ class SegmentEncoder(nn.Module):
             batches = length_batches(lengths.tolist(), max_batch_tokens, keep_order=self.stateful)
         for batch in batches:
             start = carried.start(self.encoder, len(batch)) if carried is not None else None
-            final = self.encoder.encode([segments[i] for i in batch], start, out, offsets[batch])
+            final = self.encoder.encode([segments[i] for i in batch], start, out, offsets[batch], pause)
             if carried is not None:
                 carried.update(final)
         if carried is not None:

@@ -42,10 +42,11 @@ class ElmoRuntime:
     biLM run copies its rows straight into them (one host transfer per run), so nothing is stitched afterwards and
     no result keeps a run's buffers alive.
     Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
-    vectors; a call made inside a :class:`~spacy_elmo.util.cancel.CancelHandle`'s scope stops, when the handle is
-    cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs one call at
-    a time, in order, each call one biLM batch (row ``r`` of a call continues row ``r`` of the call before, as in
-    AllenNLP).
+    vectors, and a run pauses between LSTM steps for the shorter calls that arrive while it runs (they run there, in
+    a run of their own); a call made inside a :class:`~spacy_elmo.util.cancel.CancelHandle`'s scope stops, when the
+    handle is cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs
+    one call at a time, in order, each call one biLM batch (row ``r`` of a call continues row ``r`` of the call
+    before, as in AllenNLP).
 
     Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
     one thread while no call runs. The thread setting is process-wide (torch has no other): it is applied
@@ -165,7 +166,8 @@ class ElmoRuntime:
 
     def _run(self, items: List[Segment]) -> List[np.ndarray]:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
-        batch's budget) and gives those rows back."""
+        batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
+        while it runs (the batcher's :meth:`~spacy_elmo.util.request_batcher.RequestBatcher.pause_point`)."""
         self._use_threads()
         groups: Dict[Optional[MixWeights], List[Segment]] = {}
         for item in items:
@@ -173,7 +175,8 @@ class ElmoRuntime:
         for mix, members in groups.items():
             words = [item.words for item in members]
             with torch.inference_mode():
-                out = self.segment_encoder(words, None, None if mix is None else self._mix_tensor(mix))
+                mix_tensor = None if mix is None else self._mix_tensor(mix)
+                out = self.segment_encoder(words, None, mix_tensor, self.batcher.pause_point)
                 host = out.float().cpu().numpy()  # the one host transfer of this run
             for item, piece in zip(members, _split(host, [len(w) for w in words])):
                 item.out[...] = piece

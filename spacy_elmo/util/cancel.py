@@ -4,8 +4,8 @@ A web service runs a request's work in a worker thread; when the client goes awa
 the model, where nothing can interrupt it. A handle, made by the service and held by the worker while it works
 (``with handle.scope():``), lets any other thread cancel what the worker's calls still have to do: the request
 batcher (request_batcher.py) drops the items of a cancelled call that have not run and raises
-:class:`CallCancelled` to its caller; a batch already running finishes (so an abandoned call stops within one
-batch).
+:class:`CallCancelled` to its caller; a batch already running finishes, or, when all its calls are cancelled, stops
+at its next pause point (so an abandoned call stops within one batch, and a batch of its own within a pause).
 """
 import contextvars
 import threading
@@ -37,7 +37,8 @@ class CancelHandle:
         return self._cancelled
 
     def cancel(self) -> None:
-        """Cancel the calls in this handle's scope: those waiting stop at once, a running one after its batch."""
+        """Cancel the calls in this handle's scope: those waiting stop at once, a running one after its batch (or at
+        the batch's next pause point, when no other call has a share of it)."""
         with self._lock:
             if self._cancelled:
                 return

@@ -93,3 +93,20 @@ def test_a_cache_size_that_is_not_a_whole_number_of_vectors_is_refused(cache_siz
     bilm = load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5")
     with pytest.raises(ElmoSettingsError, match="cache_size must be"):
         ElmoEncoder(bilm, cache_size=cache_size)
+
+
+def test_a_run_calls_its_pause_before_every_lstm_step_and_a_pass_run_inside_changes_nothing():
+    """Sentences of 3 and 5 words: 7 steps (the boundaries included) in each of the 2 layers. At the first pause
+    another batch runs through the same encoder; both come out bit for bit as they do alone."""
+    encoder = SegmentEncoder(_encoder(0))
+    segments, other = [["a", "b", "c"], ["d", "e", "f", "g", "h"]], [["x", "y"]]
+    inside = []
+
+    def pause():
+        inside.append(encoder(other) if not inside else None)
+
+    with torch.inference_mode():
+        alone, other_alone = encoder(segments), encoder(other)
+        paused = encoder(segments, pause=pause)
+    assert len(inside) == 2 * 7
+    assert torch.equal(paused, alone) and torch.equal(inside[0], other_alone)

@@ -14,7 +14,7 @@ from spacy_elmo.formats.weights import load_files
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.runtime import BiLmSettings, ElmoRuntime
 
-from tests.conftest import ALLENNLP, ROUNDING
+from tests.conftest import ALLENNLP, ROUNDING, join_threads, start_threads, wait_until
 
 OPTIONS, WEIGHTS = ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"
 SENTENCES = [["The", "cat", "sat", "."], ["A", "much", "longer", "sentence", "follows", "here", "."], ["One"]]
@@ -153,3 +153,36 @@ def test_a_call_cancelled_during_its_first_run_runs_no_other(monkeypatch, batch_
         runtime.layers(SENTENCES * 10)
     assert len(runs) == 1
     assert [layers.shape[1] for layers in runtime.layers(SENTENCES)] == [len(s) for s in SENTENCES]
+
+
+def test_a_short_call_arriving_during_a_long_run_is_served_inside_it_and_both_get_their_own_vectors(monkeypatch):
+    """The long call's run (its longest sentence 40 words) pauses at an LSTM step once the short call (4 words) has
+    queued: the short call's batch runs there, and each call's layers are bit for bit those it gets alone (each
+    batch is the same computation)."""
+    runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS)))
+    long_call, short_call = SENTENCES * 20 + [["word"] * 40], [["A", "short", "one", "."]]
+    long_alone, short_alone = runtime.layers(long_call), runtime.layers(short_call)
+    runtime.batcher.slice_s = 0
+    log, threads, answers = [], [], {}
+    forward, pause_point = runtime.segment_encoder.forward, runtime.batcher.pause_point
+
+    def logged(segments, *args):
+        log.append(("start", len(segments)))
+        out = forward(segments, *args)
+        log.append(("end", len(segments)))
+        return out
+
+    def pausing():
+        if not threads:  # the long run's first step: the short call arrives
+            threads.extend(start_threads(lambda _: runtime.layers(short_call), ["short"], answers)[0])
+            wait_until(lambda: runtime.batcher.waiting_calls == 2)
+        pause_point()
+
+    monkeypatch.setattr(runtime.segment_encoder, "forward", logged)
+    monkeypatch.setattr(runtime.batcher, "pause_point", pausing)
+    long_layers = runtime.layers(long_call)
+    join_threads(threads)
+    assert log == [("start", 61), ("start", 1), ("end", 1), ("end", 61)]
+    np.testing.assert_array_equal(answers["short"][0], short_alone[0])
+    for a, b in zip(long_layers, long_alone):
+        np.testing.assert_array_equal(a, b)
