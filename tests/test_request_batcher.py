@@ -393,20 +393,20 @@ def test_a_short_call_arriving_while_a_long_batch_runs_is_served_at_its_next_pau
     assert batcher.batches_run == 2 and batcher.items_run == 5
 
 
-def test_only_calls_at_most_half_as_long_as_the_running_batch_are_served_inside_it():
-    """While a batch of cost 10 runs, a call of cost 6 waits for it (it would end about as soon); one of 5 does not."""
+def test_only_calls_at_most_a_quarter_as_long_as_the_running_batch_are_served_inside_it():
+    """While a batch of cost 20 runs, a call of cost 6 waits for it; one of 5 does not."""
     run, batcher = stepped_batcher()
-    call_during(run, batcher, (10,), [(6,), (5,)])
-    assert run.log == [("start", [10]), ("start", [5]), ("end", [5]), ("end", [10]), ("start", [6]), ("end", [6])]
+    call_during(run, batcher, (20,), [(6,), (5,)])
+    assert run.log == [("start", [20]), ("start", [5]), ("end", [5]), ("end", [20]), ("start", [6]), ("end", [6])]
 
 
 def test_a_nested_batch_is_planned_within_the_running_batch_cost():
-    """Two calls of two items queued while a batch of cost 12 runs: one item of each fits in a nested batch (their
-    second items would make it cost 18); the rest runs in a later batch."""
+    """Calls of three and two items queued while a batch of cost 20 runs: four of their items fit in a nested batch,
+    taking turns (the fifth would make it cost 23); the last runs in a later batch."""
     run, batcher = stepped_batcher()
-    answers = call_during(run, batcher, (10, 2), [(5, 5), (4, 4)])
-    assert run.log[:3] == [("start", [10, 2]), ("start", [5, 4]), ("end", [5, 4])]
-    assert answers[(5, 5)] == [50, 50] and answers[(4, 4)] == [40, 40]
+    answers = call_during(run, batcher, (20,), [(5, 5, 5), (4, 4)])
+    assert run.log[:3] == [("start", [20]), ("start", [5, 5, 4, 4]), ("end", [5, 5, 4, 4])]
+    assert ("start", [5]) in run.log and answers[(5, 5, 5)] == [50, 50, 50] and answers[(4, 4)] == [40, 40]
 
 
 def test_a_batch_runs_a_slice_before_it_pauses():
@@ -420,19 +420,19 @@ def test_a_nested_batch_does_not_pause_for_calls_arriving_while_it_runs():
     """Batches of one step: the long one pauses once, for the first short call; the second, arriving while the first
     runs nested, waits for the long one to end."""
     run, batcher = stepped_batcher(steps=1)
-    run.gates[(43, 0)], run.gates[(20, 0)] = threading.Event(), threading.Event()
+    run.gates[(43, 0)], run.gates[(10, 0)] = threading.Event(), threading.Event()
     threads, answers = start_threads(lambda items: batcher(items, cost=own_cost), [(43, 42, 41, 40)])
     wait_until(lambda: len(run.log) == 1)
-    threads += start_threads(lambda items: batcher(items, cost=own_cost), [(20,)], answers)[0]
+    threads += start_threads(lambda items: batcher(items, cost=own_cost), [(10,)], answers)[0]
     wait_until(lambda: batcher.waiting_calls == 2)
     run.gates[(43, 0)].set()
-    wait_until(lambda: len(run.log) == 2)  # (20,) runs nested, stopped at its gate
-    threads += start_threads(lambda items: batcher(items, cost=own_cost), [(5,)], answers)[0]
+    wait_until(lambda: len(run.log) == 2)  # (10,) runs nested, stopped at its gate
+    threads += start_threads(lambda items: batcher(items, cost=own_cost), [(2,)], answers)[0]
     wait_until(lambda: batcher.waiting_calls == 3)
-    run.gates[(20, 0)].set()
+    run.gates[(10, 0)].set()
     join_threads(threads)
-    assert run.log == [("start", [43, 42, 41, 40]), ("start", [20]), ("end", [20]), ("end", [43, 42, 41, 40]),
-                       ("start", [5]), ("end", [5])]
+    assert run.log == [("start", [43, 42, 41, 40]), ("start", [10]), ("end", [10]), ("end", [43, 42, 41, 40]),
+                       ("start", [2]), ("end", [2])]
 
 
 def test_calls_queued_behind_a_call_that_does_not_merge_are_not_served_before_it():
@@ -475,27 +475,27 @@ def test_a_pause_point_outside_a_running_batch_does_nothing():
 
 
 def test_a_batch_of_several_calls_pauses_only_when_the_newcomers_gain_more_than_its_calls_lose():
-    """Calls (10,) and (10,) share a batch. One call of cost 5 arriving would gain 5 and cost each of the two 5: it
-    waits at the first pause point. With a second one there at the next, the two gain as much as the batch's two
-    calls lose: they are served inside."""
+    """Calls (20,) and (20,) share a batch. One call of cost 5 arriving would gain 10 on average and cost each of the
+    two 5: it waits at the first pause point. With a second one there at the next, the two gain twice what the
+    batch's two calls lose: they are served inside."""
     run, batcher = stepped_batcher()
-    run.gates.update({(1, 0): threading.Event(), (10, 0): threading.Event(), (10, 1): threading.Event()})
+    run.gates.update({(1, 0): threading.Event(), (20, 0): threading.Event(), (20, 1): threading.Event()})
     threads, answers = start_threads(lambda items: batcher(items, cost=own_cost), [(1,)])
     wait_until(lambda: len(run.log) == 1)
-    for n, key in enumerate(["first", "second"], start=2):  # two calls of one item of cost 10
-        threads += start_threads(lambda _: batcher([10], cost=own_cost), [key], answers)[0]
+    for n, key in enumerate(["first", "second"], start=2):  # two calls of one item of cost 20
+        threads += start_threads(lambda _: batcher([20], cost=own_cost), [key], answers)[0]
         wait_until(lambda n=n: batcher.waiting_calls == n)
     run.gates[(1, 0)].set()
-    wait_until(lambda: (10, 0) in run.reached)
+    wait_until(lambda: (20, 0) in run.reached)
     threads += start_threads(lambda _: batcher([5], cost=own_cost), ["third"], answers)[0]
     wait_until(lambda: batcher.waiting_calls == 3)
-    run.gates[(10, 0)].set()
-    wait_until(lambda: (10, 1) in run.reached)
-    assert run.log[-1] == ("start", [10, 10])  # not paused for the one call
+    run.gates[(20, 0)].set()
+    wait_until(lambda: (20, 1) in run.reached)
+    assert run.log[-1] == ("start", [20, 20])  # not paused for the one call
     threads += start_threads(lambda _: batcher([5], cost=own_cost), ["fourth"], answers)[0]
     wait_until(lambda: batcher.waiting_calls == 4)
-    run.gates[(10, 1)].set()
+    run.gates[(20, 1)].set()
     join_threads(threads)
-    assert run.log[2:] == [("start", [10, 10]), ("start", [5, 5]), ("end", [5, 5]), ("end", [10, 10])]
+    assert run.log[2:] == [("start", [20, 20]), ("start", [5, 5]), ("end", [5, 5]), ("end", [20, 20])]
     assert all(answers[key] == [value] for key, value in
-               (("first", 100), ("second", 100), ("third", 50), ("fourth", 50)))
+               (("first", 200), ("second", 200), ("third", 50), ("fourth", 50)))

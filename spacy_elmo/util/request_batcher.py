@@ -107,10 +107,10 @@ class RequestBatcher:
 
     Pausing: ``run`` may call :meth:`pause_point` between its steps; once the batch has run ``slice_s`` seconds
     since it began or last paused (and, while calls keep arriving, its :data:`RUNNING_SHARE` of the time), the
-    calls that arrived meanwhile whose items cost at most half its largest item (a sentence half as long as the
-    batch's longest), when they gain more waiting than the batch's calls lose (see :meth:`pause_point`), run there,
-    in a batch of their own planned as any other within its cost (a nested batch does not pause), and ``run`` goes
-    on. Results are the same: each batch computes its items as it would alone.
+    calls that arrived meanwhile whose items cost at most a quarter of its largest item (a sentence a quarter as
+    long as the batch's longest), when they gain twice the waiting the batch's calls lose (see :meth:`pause_point`),
+    run there, in a batch of their own planned as any other within its cost (a nested batch does not pause), and
+    ``run`` goes on. Results are the same: each batch computes its items as it would alone.
 
     ``batches_run`` (batches that ran to the end), ``items_run`` and ``calls_cancelled`` count what the batcher has
     done, for a service's monitoring. Safe to use from several threads: that is its purpose. A copy or pickle gets a
@@ -240,17 +240,18 @@ class RequestBatcher:
     def pause_point(self) -> None:
         """Called by ``run`` between its steps: in the thread running a batch, once it has run ``slice_s`` since it
         began or last paused (and, since a pause, its :data:`RUNNING_SHARE` of the time), serve the calls that
-        arrived meanwhile (those that may share a batch and are not in this one) whose next item costs at most half
-        this batch's largest item, in one batch of their own costing no more than this one, then return so that
-        ``run`` goes on. When every call of the batch was cancelled, stop it (``run`` is left by an exception the
-        batcher catches). Anywhere else, nothing.
+        arrived meanwhile (those that may share a batch and are not in this one) whose next item costs at most a
+        quarter of this batch's largest item, in one batch of their own costing no more than this one, then return
+        so that ``run`` goes on. When every call of the batch was cancelled, stop it (``run`` is left by an exception
+        the batcher catches). Anywhere else, nothing.
 
         Why these calls: a batch lasts about as long as its largest item (its LSTM steps), and a call arriving at
         a random moment would wait for half of it on average; served now, it waits for its own length instead, and
-        each call of the running batch waits that long more. So the calls at most half as long are served, and only
-        when they gain more waiting in all than the batch's calls lose (``2 * longest * calls of the batch <=
-        largest * newcomers``): a long call's batch pauses for short calls, a batch merging many short calls does
-        not pause for one a little shorter."""
+        each call of the running batch waits that long more. A call not served now shares the next batch at little
+        cost, so a pause must gain twice what it costs: the calls at most a quarter as long are served, and only
+        when they gain in all twice the waiting the batch's calls lose (``4 * longest * calls of the batch <=
+        largest * newcomers``). A long call's batch pauses for short calls; a batch of short calls rarely pauses
+        (with half instead of a quarter, 8 HTTP clients of short requests alone had a p95 25% higher)."""
         running = self._running
         if running is None or running.thread != threading.get_ident() or time.monotonic() < running.due:
             return
@@ -280,10 +281,10 @@ class RequestBatcher:
         newcomers = [
             call
             for call in self._merging()
-            if call not in running.calls and 2 * call.costs[call.next] <= running.largest
+            if call not in running.calls and 4 * call.costs[call.next] <= running.largest
         ]
         longest = max((call.costs[call.next] for call in newcomers), default=0)
-        if not newcomers or 2 * longest * len(running.calls) > running.largest * len(newcomers):
+        if not newcomers or 4 * longest * len(running.calls) > running.largest * len(newcomers):
             return []  # none, or the batch's calls would lose more waiting than the newcomers gain
         most = running.cost if self.max_batch_cost is None else min(self.max_batch_cost, running.cost)
         budgets = Budgets(most, self.shared_batch_cost, self.padded, self.hold_s)
