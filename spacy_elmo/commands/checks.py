@@ -1,6 +1,7 @@
 """Checks of the paths a command is given, made before the command imports torch, spaCy or the model: a mistyped
 path is then a one-line error at once, not after seconds of imports. This module imports only the standard library,
-the package's errors and the model sources' light name checks; each check raises the error class its command raises for the same mistake later on."""
+the package's errors and the model sources' light name checks; each check raises the error class its command raises
+for the same mistake later on."""
 import os
 from pathlib import Path
 from typing import Optional, Type

@@ -59,11 +59,10 @@ class _Request:
 
 
 class _Running:
-    """The batch the leader's thread runs now (its shares, its calls and its cost), from when it may pause, and how
-    many calls had arrived when it last looked at the queue."""
+    """The batch the leader's thread runs now (its calls, its largest item and its cost), from when it may pause,
+    and how many calls had arrived when it last looked at the queue."""
 
     def __init__(self, batch: List[_Share], padded: bool, thread: int, due: float, seen: int):
-        self.batch = batch
         self.calls = {call for call, _, _ in batch}
         costs = [cost for call, start, end in batch for cost in call.costs[start:end]]
         self.largest = max(costs, default=0)
