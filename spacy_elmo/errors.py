@@ -30,6 +30,10 @@ class TokenTruncationWarning(UserWarning):
     """
 
 
+class ElmoListenerWarning(UserWarning):
+    """An ELMo listener got Docs that no ``elmo`` component ran on, and read zeros for them."""
+
+
 class EmbedError(ElmoError, ValueError):
     """Bad input, settings or output file for bulk embedding; the message says what to change."""
 

@@ -22,7 +22,6 @@ from .architectures import (
     bilm_settings,
     check_owner_settings,
     configure_bilm_model,
-    doc_layers,
     is_loaded,
     load_bilm_bytes,
     load_bilm_file,
@@ -34,7 +33,7 @@ from .architectures import (
 from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
 from .extensions import in_spacy_worker, install_extensions, install_vector_hooks, refuse_tensor_clash
 from .handoff import LayerHandoff
-from .listener import listener_nodes, listener_state, offer_replace_listeners, send_training_batch, set_listener_dims
+from .listener import link, listener_nodes, offer_replace_listeners, send_training_batch, set_listener_dims, unlink
 
 
 class ElmoOutput(NamedTuple):
@@ -121,8 +120,8 @@ class Elmo(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.listener_map: Dict[str, List[Model]] = {}
-        self.handoff = LayerHandoff()
+        self.handoff = LayerHandoff(model)
+        self.listener_map = {}
         self.cfg: Dict[str, Any] = {}
         self.mix = mix
         self.store_vectors = store_vectors
@@ -156,9 +155,22 @@ class Elmo(TrainablePipe):
         """A pickled or copied component links its listeners (copied with it) to its own handoff."""
         super().__setstate__(state)
         for listener in self.listeners:
-            listener_state(listener).link(self.handoff)
+            link(listener, self.handoff)
 
     # --- spaCy's listener protocol (spacy.ty.ListenedToComponent) ---
+
+    @property
+    def listener_map(self) -> Dict[str, List[Model]]:
+        """The listeners spaCy registered, by component: those of the enabled components after this one when it last
+        linked the pipeline. At prediction the layers also reach the linked listeners it left out (a component
+        enabled since), from the first Doc they read (:class:`~spacy_elmo.pipeline.handoff.LayerHandoff`)."""
+        return self._listener_map
+
+    @listener_map.setter
+    def listener_map(self, value: Dict[str, List[Model]]) -> None:
+        """spaCy links the pipeline again by emptying the map, then finding the listeners of the enabled components."""
+        self._listener_map = value
+        self.handoff.forget_joined()
 
     @property
     def listeners(self) -> List[Model]:
@@ -173,7 +185,7 @@ class Elmo(TrainablePipe):
         listeners = self.listener_map.setdefault(component_name, [])
         if listener not in listeners:
             listeners.append(listener)
-        listener_state(listener).link(self.handoff)
+        link(listener, self.handoff)
         if is_loaded(self.model):
             set_listener_dims(listener, self.model)
 
@@ -182,7 +194,7 @@ class Elmo(TrainablePipe):
         if listener not in listeners:
             return False
         listeners.remove(listener)
-        listener_state(listener).unlink(self.handoff)
+        unlink(listener, self.handoff)
         if not listeners:
             del self.listener_map[component_name]
         return True
@@ -205,16 +217,18 @@ class Elmo(TrainablePipe):
     # --- prediction ---
 
     def predict(self, docs: Iterable[Doc]) -> List[ElmoOutput]:
-        """Layers (for listeners and ``store_layers``) and/or mixed vectors of each Doc; nothing if nothing is stored."""
+        """The model's layers of each Doc (for listeners and ``store_layers``) and/or their fixed mix; nothing if
+        nothing is stored or listens."""
         docs = list(docs)
-        need_layers = self.store_layers or bool(self.listener_map)
+        need_layers = self.store_layers or self.handoff.has_readers()
         need_vectors = self.store_vectors or self.set_tensor
         if not docs or not (need_layers or need_vectors):
             return [ElmoOutput(None, None) for _ in docs]
-        if not need_layers:
-            return [ElmoOutput(None, v) for v in doc_layers(self.model, docs, self.mix_weights)]
-        layers = doc_layers(self.model, docs)
-        return [ElmoOutput(x, mix_layers(self.mix_weights, x) if need_vectors else None) for x in layers]
+        layers = [self.model.ops.to_numpy(x) for x in self.model.predict(docs)]
+        return [
+            ElmoOutput(x if need_layers else None, mix_layers(self.mix_weights, x) if need_vectors else None)
+            for x in layers
+        ]
 
     @property
     def mix_weights(self) -> MixWeights:
@@ -226,11 +240,11 @@ class Elmo(TrainablePipe):
 
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
         """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the handoff to the listeners."""
-        listeners = self.listeners
         hooks = self._installs_hooks()
+        with_layers = [(doc, output.layers) for doc, output in zip(docs, outputs) if output.layers is not None]
+        if with_layers:
+            self.handoff.put([doc for doc, _ in with_layers], [x for _, x in with_layers], self.listeners)
         for doc, (layers, vectors) in zip(docs, outputs):
-            if layers is not None and listeners:
-                self.handoff.put(doc, layers, listeners)
             if self.store_layers:
                 doc._.elmo_layers = layers
             if vectors is not None:

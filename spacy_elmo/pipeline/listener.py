@@ -23,19 +23,30 @@ spaCy links the pipeline (``nlp.add_pipe``, ``initialize``, ``spacy.load``...) o
 config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings and the biLM's settings as they stand.
 """
 import functools
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from spacy.errors import Errors
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Model, concatenate, deserialize_attr, serialize_attr
+from thinc.layers.concatenate import init as concatenate_init
 from thinc.types import Floats2d, Floats3d
 
-from ..errors import ElmoPipelineError
+from ..errors import ElmoListenerWarning, ElmoPipelineError, LayersAlreadyReadError
 from ..runtime import BiLmSettings
-from .architectures import DEFAULTS, OWNER_SETTINGS, bilm_config, configure_bilm_model, frozen_backprop, owner_config
+from .architectures import (
+    DEFAULTS,
+    OWNER_SETTINGS,
+    bilm_config,
+    configure_bilm_model,
+    doc_layers,
+    frozen_backprop,
+    owner_config,
+    runtime_of,
+)
 from .config_types import DropoutRate, Penalty, Threads, TokenCount, WaitMilliseconds, config_error
-from .handoff import LayerHandoff
+from .handoff import ALREADY_READ, LayerHandoff
 from .listener_mix import build_listener_mix
 
 TokVecModel = Model[List[Doc], List[Floats2d]]
@@ -47,6 +58,10 @@ NOT_LINKED = (
     "that was copied, or built outside a pipeline, is linked when spaCy links the pipeline (nlp.add_pipe, "
     "nlp.initialize, spacy.load) or by nlp.get_pipe('elmo').find_listeners(component) for the component that "
     "now holds it"
+)
+NOT_RUN = (
+    "An ELMo listener (upstream {upstream!r}) got Docs that no 'elmo' component ran on, and reads zeros for them: "
+    "enable the 'elmo' component, or run the Docs through it first (said once per listener)"
 )
 
 
@@ -62,6 +77,7 @@ class ListenerState:
         self.outputs: Optional[List[Floats3d]] = None
         self.backprop: Optional[Callable] = None
         self.handoffs: List[LayerHandoff] = []
+        self.warned = False  # about Docs that no elmo component ran on
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "ListenerState":
         return ListenerState()
@@ -70,7 +86,6 @@ class ListenerState:
         return ListenerState, ()
 
     def link(self, handoff: LayerHandoff) -> None:
-        """Read prediction-time layers from ``handoff`` (that of an ``elmo`` component this listens to)."""
         if all(h is not handoff for h in self.handoffs):
             self.handoffs.append(handoff)
 
@@ -140,19 +155,50 @@ def batch_id(docs: List[Doc]) -> int:
     return sum(sum(token.orth for token in doc) for doc in docs)
 
 
+def link(node: Model, handoff: LayerHandoff) -> None:
+    """Let ``node`` read the prediction-time layers of ``handoff`` (that of an ``elmo`` component it listens to)."""
+    listener_state(node).link(handoff)
+    handoff.link(node)
+
+
+def unlink(node: Model, handoff: LayerHandoff) -> None:
+    listener_state(node).unlink(handoff)
+    handoff.unlink(node)
+
+
 def release_layers(node: Model, doc: Doc) -> None:
     """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread."""
     for handoff in listener_state(node).handoffs:
         handoff.release(doc, node)
 
 
-def take_layers(node: Model, doc: Doc) -> Optional[Floats3d]:
-    """This listener's read of the layers an ``elmo`` component left for ``doc`` (None if none)."""
-    for handoff in listener_state(node).handoffs:
-        layers = handoff.take(doc, node)
-        if layers is not None:
-            return layers
-    return None
+def read_layers(node: Model, docs: List[Doc], rerun: bool) -> List[Optional[Floats3d]]:
+    """This listener's layers of each Doc (None where no ``elmo`` component it listens to left any).
+
+    From the handoffs, else from ``Doc._.elmo_layers`` (``store_layers``); with ``rerun`` (prediction), a Doc an
+    ``elmo`` component annotated whose layers are no longer kept (its tokens changed since, or the listener joined
+    too late for its batch) is run through that component's biLM again. A second read of the same layers is an error.
+    """
+    handoffs = listener_state(node).handoffs
+    found: List[Optional[Floats3d]] = []
+    for doc in docs:
+        layers = next((x for x in (h.take(doc, node) for h in handoffs) if x is not None), None)
+        if layers is None:
+            layers = stored_layers(doc)
+        if layers is None and any(h.was_read(doc, node) for h in handoffs):
+            raise LayersAlreadyReadError(ALREADY_READ)
+        found.append(layers)
+    for handoff in handoffs if rerun else ():
+        again = [i for i, doc in enumerate(docs) if found[i] is None and handoff.annotated(doc)]
+        for i, layers in zip(again, doc_layers(handoff.source, [docs[i] for i in again])):
+            found[i] = layers
+    return found
+
+
+def stored_layers(doc: Doc) -> Optional[Floats3d]:
+    """The layers an ``elmo`` component with ``store_layers`` left on ``doc``, if they still fit its tokens."""
+    layers = doc._.elmo_layers if Doc.has_extension("elmo_layers") else None
+    return layers if layers is not None and layers.shape[1] == len(doc) else None
 
 
 def set_listener_dims(listener: Model, bilm: Model) -> None:
@@ -202,11 +248,20 @@ def send_training_batch(
 
 
 def _listener_init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
-    """Refuse, as a config error, a listener that no ``elmo`` component feeds: at ``nlp.initialize`` spaCy has
-    linked every listener to the components before it, so an unlinked one has a wrong ``upstream`` or no ``elmo``
-    component before it in ``[nlp] pipeline``."""
-    if not listener_state(model).handoffs:
+    """Learn the biLM's size from the ``elmo`` component the listener is linked to (loading its weights if nothing
+    did yet), as spaCy's own initialisation orders need: ``nlp.initialize``, or the models' ``initialize`` in turn.
+
+    A listener that no ``elmo`` component feeds is a config error: at ``nlp.initialize`` spaCy has linked every
+    listener to the components before it, so an unlinked one has a wrong ``upstream`` or no ``elmo`` component
+    before it in ``[nlp] pipeline``.
+    """
+    state = listener_state(model)
+    if not state.handoffs:
         raise config_error(unlinked_message(upstream_name(model)))
+    if not (model.has_dim("nO") and model.has_dim("nL")):
+        source = state.handoffs[0].source
+        runtime_of(source)
+        set_listener_dims(model, source)
 
 
 def unlinked_message(upstream: str) -> str:
@@ -241,12 +296,13 @@ def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Li
     if not state.handoffs:
         raise ElmoPipelineError(NOT_LINKED)
     outputs = []
-    for doc in docs:
-        layers = take_layers(model, doc)
+    for doc, layers in zip(docs, read_layers(model, docs, rerun=not is_train)):
         if layers is None:
             if is_train:  # the upstream component is frozen and not annotating, so nothing reached us
                 raise ElmoPipelineError(Errors.E203.format(name="elmo"))
-            # No layers (e.g. shape inference at initialization): zeros of the right shape.
+            if not state.warned and any(h.has_run for h in state.handoffs):  # not thinc's shape inference
+                warnings.warn(NOT_RUN.format(upstream=upstream_name(model)), ElmoListenerWarning, stacklevel=2)
+                state.warned = True
             layers = model.ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO"))
         outputs.append(model.ops.asarray(layers))
     return outputs, frozen_backprop
@@ -256,7 +312,18 @@ def _mix_head(
     source: Model, layer_norm: bool, dropout: float, l2: float, embed: Optional[TokVecModel]
 ) -> TokVecModel:
     mixed = build_listener_mix(source, layer_norm=layer_norm, dropout=dropout, l2=l2)
-    return mixed if embed is None else concatenate(mixed, embed)
+    if embed is None:
+        return mixed
+    head = concatenate(mixed, embed)
+    head.init = _init_head
+    return head
+
+
+def _init_head(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
+    """``concatenate``'s initialisation without the labels ``Y``. Shape inference hands a component's labels to a
+    layer whose width is not yet known, as the mix's is not until it is linked; they would reach the task's own
+    ``embed``, where static vectors read them as their width."""
+    concatenate_init(model, X=X)
 
 
 @registry.architectures("spacy_elmo.ElmoListener.v1")

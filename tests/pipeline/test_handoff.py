@@ -7,7 +7,8 @@ import pytest
 import spacy
 from spacy.tokens import Doc
 
-from spacy_elmo.pipeline.handoff import LayerHandoff, LayersAlreadyReadError
+from spacy_elmo.errors import LayersAlreadyReadError
+from spacy_elmo.pipeline.handoff import LayerHandoff
 
 from tests.pipeline.conftest import PROBES, tagger_pipeline, train_losses
 from tests.conftest import ROUNDING
@@ -46,7 +47,7 @@ def test_a_listener_reads_a_doc_s_layers_once_and_a_second_read_says_why_it_fail
 def test_an_unread_entry_goes_with_its_doc():
     handoff = LayerHandoff()
     doc = spacy.blank("en")("two words")
-    handoff.put(doc, np.zeros((3, 2, 4), dtype=np.float32), ["reader"])
+    handoff.put([doc], [np.zeros((3, 2, 4), dtype=np.float32)], ["reader"])
     assert len(handoff) == 1
     del doc
     gc.collect()
