@@ -49,3 +49,19 @@ def test_gradients_reach_the_biLM_only_when_not_frozen():
             assert all(g is None for g in grads)
         else:
             assert any(g is not None and torch.count_nonzero(g) > 0 for g in grads)
+
+
+def test_fine_tuning_s_forward_gives_the_vectors_of_prediction_stateful_mode_included():
+    """Two calls of three Docs each, batches of a few tokens (a call spans several); the second call continues the
+    state the first left in the stateful mode, the same way in the forward pass of fine-tuning and at prediction."""
+    texts = [["The cat sat on the mat .", "Dogs bark .", "A long day ends at night ."], ["She reads .", "It rains ."]]
+    for stateful in (False, True):
+        nlp = make_nlp(stateful=stateful, frozen=False, max_batch_tokens=12)
+        model = nlp.get_pipe("elmo").model
+        calls = [[nlp.make_doc(text) for text in call] for call in texts]
+        predicted = [model.predict(docs) for docs in calls]
+        nlp.get_pipe("elmo").reset_states()
+        trained = [model.begin_update(docs)[0] for docs in calls]
+        for expected, found in zip(predicted, trained):
+            for x, y in zip(expected, found):
+                np.testing.assert_allclose(y, x, atol=1e-5)
