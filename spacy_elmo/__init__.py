@@ -8,7 +8,15 @@ from importlib import import_module
 from typing import Any
 
 from .about import __version__
-from .errors import ElmoError, ElmoOptionsError, ElmoPipelineError, ElmoSettingsError, ElmoWeightsError, TokenTruncationWarning
+from .errors import (
+    ElmoError,
+    ElmoListenerWarning,
+    ElmoOptionsError,
+    ElmoPipelineError,
+    ElmoSettingsError,
+    ElmoWeightsError,
+    TokenTruncationWarning,
+)
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
@@ -32,6 +40,7 @@ __all__ = [
     "ElmoEmbedder",
     "ElmoEncoder",
     "ElmoError",
+    "ElmoListenerWarning",
     "ElmoOptions",
     "ElmoOptionsError",
     "ElmoPipelineError",

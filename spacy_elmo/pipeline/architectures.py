@@ -20,8 +20,10 @@ The settings are not saved with the model's bytes: a saved pipeline's config hol
 over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``) copies its shim, settings included,
 and keeps working on its own.
 """
+import contextlib
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -59,6 +61,8 @@ LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
 LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
 DEFAULT_MODEL = {"@architectures": ARCHITECTURE}  # the config block of the default biLM model
+# The fixed mix a prediction gives instead of the layers, in this thread (:func:`fixed_mix_output`).
+_FIXED_MIX: "ContextVar[Optional[MixWeights]]" = ContextVar("elmo_fixed_mix", default=None)
 DEFAULTS = BiLmSettings()
 InitialState = Literal["auto", "zeros", "warm"]
 Precision = Literal["fp32", "bf16", "int8", "fp16"]
@@ -265,12 +269,26 @@ def _cached_layers(model: Model, docs: Sequence[Doc]) -> List[Floats3d]:
     return join_windows(windows, model.ops.xp.concatenate(found, axis=1), len(docs))
 
 
+@contextlib.contextmanager
+def fixed_mix_output(weights: MixWeights) -> Iterator[None]:
+    """Within the block, in this thread, the model's prediction is each Doc's fixed mix ``(len(doc), dim)`` with
+    ``weights`` instead of its layers: summed as the biLM makes each layer, so the layers are never held (what the
+    ``elmo`` component needs when it stores vectors and nothing reads layers)."""
+    token = _FIXED_MIX.set(weights)
+    try:
+        yield
+    finally:
+        _FIXED_MIX.reset(token)
+
+
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     """Per Doc, all its layers: with autograd while a biLM that is not frozen trains; else computed by the runtime,
-    in training from the layer cache where it can be (a frozen, stateless biLM is a function of the sentence)."""
+    in training from the layer cache where it can be (a frozen, stateless biLM is a function of the sentence); a
+    prediction inside :func:`fixed_mix_output` gives their mix."""
     settings = bilm_settings(model)
     if is_train and not settings.frozen:
         return _trained_layers(model, docs)
     if is_train and not settings.stateful and layer_cache(model).max_bytes > 0:
         return _cached_layers(model, docs), frozen_backprop
-    return [model.ops.asarray(x) for x in doc_layers(model, docs)], frozen_backprop
+    mix = None if is_train else _FIXED_MIX.get()
+    return [model.ops.asarray(x) for x in doc_layers(model, docs, mix)], frozen_backprop

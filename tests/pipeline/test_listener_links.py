@@ -19,7 +19,7 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 from thinc.api import fix_random_seed
 
-from spacy_elmo.errors import ElmoListenerWarning
+from spacy_elmo import ElmoListenerWarning
 
 TRAIN_DATA = [
     ("I like green eggs", ["N", "V", "J", "N"]),
@@ -125,9 +125,9 @@ def test_a_tagger_enabled_late_with_larger_batches_than_elmo_still_reads_the_rig
 
 def test_a_disabled_listener_keeps_at_most_the_latest_batch(trained):
     nlp = spacy.load(trained, disable=["tagger"])
-    docs = list(nlp.pipe(PROBES * 5, batch_size=2))
-    assert len(nlp.get_pipe("elmo").handoff) == 2
-    del docs
+    docs = list(nlp.pipe(PROBES * 5, batch_size=2))  # kept alive: the handoff could hold layers for all 20
+    assert len(nlp.get_pipe("elmo").handoff) <= 2
+    assert len(docs) == 20
 
 
 def test_zeros_and_one_warning_only_where_elmo_did_not_run(trained, expected):
