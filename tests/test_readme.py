@@ -190,6 +190,14 @@ def test_api_tables_list_every_setting(heading: str):
     assert _api_tables()[heading] == _settings(heading)
 
 
+def test_every_exported_name_is_in_the_api_page():
+    """A name ``from spacy_elmo import *`` gives is public, so docs/api.md names it (in backquotes)."""
+    import spacy_elmo
+
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    assert [name for name in spacy_elmo.__all__ if f"`{name}`" not in text] == []
+
+
 def _anchors(page: Path) -> Set[str]:
     """GitHub's anchors for the headings of a page (code blocks left out)."""
     text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
