@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 SHAPE_COMMENT = re.compile(r"^(?P<expr>\S.*\.shape)\s+# \((?P<shape>[\d, ]+)\)")
+COSINE_COMMENT = re.compile(r"^(?P<expr>\S.*\.similarity\(.*\))\s+# (?P<cosine>\d\.\d\d):")
 CORPUS_LINES = 20  # the HDF5 example reads line 17
 
 
@@ -38,18 +39,21 @@ def _quick_start() -> str:
     return next(block for block in _blocks(README, "python") if "doc._.elmo.shape" in block)
 
 
-def test_quick_start_shape_comments_are_true():
+def test_quick_start_shape_and_cosine_comments_are_true():
     namespace: dict = {}
     checked = []
     for line in _quick_start().splitlines():
-        match = SHAPE_COMMENT.match(line)
-        if match:
-            shape = tuple(int(n) for n in match["shape"].split(","))
-            assert eval(match["expr"], namespace) == shape, line
-            checked.append(match["expr"])
+        shape, cosine = SHAPE_COMMENT.match(line), COSINE_COMMENT.match(line)
+        if shape:
+            expected = tuple(int(n) for n in shape["shape"].split(","))
+            assert eval(shape["expr"], namespace) == expected, line
+            checked.append(shape["expr"])
+        elif cosine:
+            assert f"{eval(cosine['expr'], namespace):.2f}" == cosine["cosine"], line
+            checked.append(cosine["cosine"])
         else:
             exec(line.split("#")[0].rstrip() or "pass", namespace)
-    assert checked == ["doc._.elmo.shape", 'zh("宝玉在园中读书。")._.elmo.shape']
+    assert checked == ["doc._.elmo.shape", "0.89", "0.33", 'zh("宝玉在园中读书。")._.elmo.shape']
 
 
 @pytest.fixture(scope="module")
