@@ -2,7 +2,8 @@
 
 Every ```python block of README.md and docs/*.md runs, page by page in order (one namespace per page, as a reader
 runs them), in a folder holding what the examples name: an ``options.json`` + ``weights.hdf5`` pair (the AllenNLP
-fixture), ``corpus.txt`` and its ``corpus.hdf5`` (written by the ``embed`` command). The blocks use public names
+fixture), ``corpus.txt`` and its ``corpus.hdf5`` (written by the ``embed`` command), with the published ``original``
+model downloaded (the AllenNLP fixture standing in for it). The blocks use public names
 only, so these tests do too.
 """
 import inspect
@@ -72,7 +73,9 @@ def example_folder(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [page for page in PAGES if _blocks(page, "python")], ids=lambda page: page.name)
-def test_python_blocks_run(page: Path, example_folder: Path, monkeypatch):
+def test_python_blocks_run(page: Path, example_folder: Path, downloaded_original: Path, monkeypatch):
+    """Each page's blocks in order; "original" downloaded (docs/migrating.md's 0.9 embedder uses it by default), as
+    the AllenNLP test model: the page's bash block downloads it."""
     monkeypatch.chdir(example_folder)
     namespace: dict = {"__name__": "__docs__"}
     for number, block in enumerate(_blocks(page, "python")):
