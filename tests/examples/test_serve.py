@@ -188,6 +188,16 @@ def test_a_model_that_cannot_be_used_stops_the_server_with_one_line(variable, va
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("variable", ["ELMO_MAX_TEXT_CHARS", "ELMO_MAX_BODY_BYTES"])
+def test_a_limit_that_is_not_a_positive_number_stops_the_server_with_one_line(variable):
+    env = _server_env(ELMO_OPTIONS_FILE=MODEL["options_file"], ELMO_WEIGHT_FILE=MODEL["weight_file"], **{variable: "10MB"})
+    process, _ = _start(env)
+    _, stderr = process.communicate(timeout=STARTUP_S)
+    assert process.returncode == 1
+    assert len(stderr.strip().splitlines()) == 1 and variable in stderr and "10MB" in stderr, stderr
+
+
+@pytest.mark.slow
 def test_a_long_request_abandoned_by_its_client_stops_being_computed(embedded_server):
     """A text of 60,000 words (at least 60,000 tokens: at least 235 windows of 256) is posted and its connection closed
     once the biLM has started on it: the call is cancelled and the biLM runs fewer segments than the text has."""
@@ -274,6 +284,7 @@ def test_a_lone_surrogate_is_refused_with_422_in_one_line(server, text: str):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::spacy_elmo.TokenTruncationWarning")  # the local nlp's, expected
 @pytest.mark.parametrize("token, read", [
     ("x" * 200_000, "x" * 48),
     ("a" + "中" * 20, "a" + "中" * 15),  # 61 bytes; the 48th byte is inside the 16th 中, which is left out
