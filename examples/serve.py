@@ -10,7 +10,7 @@ embedded in spacy-elmo, or the one whose files the environment variables ``ELMO_
 ``ELMO_WEIGHT_FILE`` name (``options.json`` and weights ``.hdf5``); ``ELMO_PRECISION`` chooses the precision of its
 products (``fp32``, the default, ``int8``, ``bf16``, ``fp16``).
 
-Limits: a request body over ``ELMO_MAX_BODY_BYTES`` bytes (default: 6 bytes per character of the longest text,
+Limits: a request body over ``ELMO_MAX_BODY_BYTES`` bytes (default: 12 bytes per character of the longest text,
 plus 64 KiB) is refused with 413 before it is read whole, by its ``Content-Length`` or, for a chunked body, as soon
 as the bytes read pass it; a text over ``ELMO_MAX_TEXT_CHARS`` characters (default spaCy's ``nlp.max_length``,
 1,000,000) is refused with 413, naming the limit; a text that is not Unicode (a lone surrogate such as
@@ -45,10 +45,10 @@ from spacy_elmo import CallCancelled, CancelHandle, ElmoError
 
 # How often a running request checks that its client is still there.
 DISCONNECT_POLL_S = 0.1
-# The most a JSON string takes per character (a character outside the BMP is a 12-byte pair of \\u escapes, 6 per
-# character of a Python str), and room for the rest of the body: the default body limit admits any text under the
-# text limit, however it is written.
-JSON_BYTES_PER_CHAR = 6
+# The most a JSON string takes per character of the text (one outside the BMP, written as a pair of \\u escapes: 12
+# bytes), and room for the rest of the body: the default body limit admits any text under the text limit, however
+# its JSON is written.
+JSON_BYTES_PER_CHAR = 12
 BODY_OVERHEAD = 64 * 1024
 
 Receive = Callable[[], Awaitable[Dict[str, Any]]]
