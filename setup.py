@@ -17,7 +17,7 @@ setup(
     python_requires=">=3.9",
     packages=find_packages(exclude=["tests", "tests.*"]),
     include_package_data=True,
-    package_data={"spacy_elmo": ["data/*", "data/**/*", "pipeline/configs/*.cfg"]},
+    package_data={"spacy_elmo": ["py.typed", "data/*", "data/**/*", "pipeline/configs/*.cfg"]},
     install_requires=[
         "spacy>=3.8,<3.9",
         "thinc>=8.3,<8.4",
@@ -33,8 +33,9 @@ setup(
     extras_require={
         # build: `spacy package` (the project's package step) builds the sdist with it
         # fastapi, uvicorn, httpx: the example web app (examples/serve.py) served over HTTP in a slow test
+        # mypy: a user's script on the public API passes mypy --strict (tests/test_typing.py)
         "test": ["pytest>=7", "hypothesis>=6", "matplotlib>=3.5", "ruff>=0.4", "build>=1", "fastapi>=0.100",
-                 "uvicorn>=0.20", "httpx>=0.24"],
+                 "uvicorn>=0.20", "httpx>=0.24", "mypy>=1.8"],
         "plot": ["matplotlib>=3.5"],
         "serve": ["fastapi>=0.100", "uvicorn>=0.20"],
     },

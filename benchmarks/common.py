@@ -135,7 +135,7 @@ def seeded_model(directory: Path, architecture: str = "small", seed: int = 0) ->
     with seeded random weights: speed does not depend on the weights, and the files need no download."""
     import torch
 
-    from spacy_elmo import BiLm
+    from spacy_elmo.model.bilm import BiLm
     from spacy_elmo.formats.weights import save_files
     from spacy_elmo.model.options import preset
 

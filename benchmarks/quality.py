@@ -34,10 +34,11 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from common import ROOT, SHARED, header, load_sentences, seeded_model
-from spacy_elmo import BiLm, ElmoEmbedder, ElmoEncoder, ElmoOptions
+from spacy_elmo import ElmoEmbedder, ElmoOptions
 from spacy_elmo.commands.demo import nearest_neighbours, sense_scores
 from spacy_elmo.formats.weights import load_files, save_files
-from spacy_elmo.model.bilm import PARTS, PRECISION_PARTS
+from spacy_elmo.model.bilm import PARTS, PRECISION_PARTS, BiLm
+from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.model.fixed_mix import DEFAULT_MIX
 from spacy_elmo.sources.resolve import default_model_files
 

@@ -10,6 +10,14 @@ embedded in spacy-elmo, or the one whose files the environment variables ``ELMO_
 ``ELMO_WEIGHT_FILE`` name (``options.json`` and weights ``.hdf5``); ``ELMO_PRECISION`` chooses the precision of its
 products (``fp32``, the default, ``int8``, ``bf16``, ``fp16``).
 
+Limits: a request body over ``ELMO_MAX_BODY_BYTES`` bytes (default: 12 bytes per character of the longest text,
+plus 64 KiB) is refused with 413 before it is read whole, by its ``Content-Length`` or, for a chunked body, as soon
+as the bytes read pass it; a text over ``ELMO_MAX_TEXT_CHARS`` characters (default spaCy's ``nlp.max_length``,
+1,000,000) is refused with 413, naming the limit; a text that is not Unicode (a lone surrogate such as
+``"\ud800"``) or that the tokenizer cannot take is refused with 422. A token longer than the model reads (48 bytes
+for the published models) is answered with what the model read of it, and listed in ``truncated``. Every refusal
+is one line in ``detail``; the server goes on serving.
+
 Start-up: the model is loaded and run once when the app is imported, before the server takes requests, so no
 request pays for loading, and a model that cannot load stops the server with one line naming the problem (exit
 status 1) instead of failing every request.
@@ -22,12 +30,14 @@ connection, and when the client goes away (a timeout, a closed page) it cancels 
 the run is the request's alone).
 """
 import asyncio
+import json
 import os
-from typing import List, Optional
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import spacy
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel
+from spacy.tokens import Doc
 from starlette.concurrency import run_in_threadpool
 from thinc.api import ConfigValidationError
 
@@ -35,6 +45,25 @@ from spacy_elmo import CallCancelled, CancelHandle, ElmoError
 
 # How often a running request checks that its client is still there.
 DISCONNECT_POLL_S = 0.1
+# The most a JSON string takes per character of the text (one outside the BMP, written as a pair of \\u escapes: 12
+# bytes), and room for the rest of the body: the default body limit admits any text under the text limit, however
+# its JSON is written.
+JSON_BYTES_PER_CHAR = 12
+BODY_OVERHEAD = 64 * 1024
+
+Receive = Callable[[], Awaitable[Dict[str, Any]]]
+Send = Callable[[Dict[str, Any]], Awaitable[None]]
+
+
+def limit_from_env(name: str, default: int) -> int:
+    """A positive whole number from the environment variable ``name``, else ``default``; a bad value stops the
+    server with one line."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if not value.isdigit() or int(value) <= 0:
+        raise SystemExit(f"serve.py: {name}={value!r} is not a positive whole number; set it to one, e.g. {default}")
+    return int(value)
 
 
 def load_pipeline() -> spacy.language.Language:
@@ -58,8 +87,72 @@ def load_pipeline() -> spacy.language.Language:
 
 
 nlp = load_pipeline()
-batcher = nlp.get_pipe("elmo").runtime.batcher  # its counts, for /stats
+runtime = nlp.get_pipe("elmo").runtime
+batcher = runtime.batcher  # its counts, for /stats
+# What the model reads of a token: its first MAX_CHARS - 2 UTF-8 bytes (characters, for a model with a character table).
+MAX_TOKEN_UNITS = runtime.encoder.options.max_characters_per_token - 2
+TOKEN_UNITS_ARE_BYTES = runtime.encoder.options.char_vocabulary is None
+MAX_TEXT_CHARS = limit_from_env("ELMO_MAX_TEXT_CHARS", nlp.max_length)
+MAX_BODY_BYTES = limit_from_env("ELMO_MAX_BODY_BYTES", JSON_BYTES_PER_CHAR * MAX_TEXT_CHARS + BODY_OVERHEAD)
+nlp.max_length = MAX_TEXT_CHARS
 app = FastAPI(title="spacy-elmo")
+
+
+class BodyTooLarge(Exception):
+    """The request body passed the limit while it was read."""
+
+
+async def refuse_body(send: Send, limit: int) -> None:
+    """Answer 413 for a body over ``limit`` bytes, and close the connection (the rest of the body is not read)."""
+    detail = (f"the request body is larger than this service's limit of {limit:,} bytes: send a shorter text, or "
+              f"start the service with ELMO_MAX_BODY_BYTES set higher")
+    body = json.dumps({"detail": detail}).encode("utf-8")
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """ASGI middleware refusing a body over ``limit`` bytes before the app reads it whole: at once by its
+    ``Content-Length``, else (a chunked body) as soon as the bytes received pass the limit. Once it has answered,
+    the app is told that the client left, and what the app then sends is dropped."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await refuse_body(send, self.limit)
+            return
+        received, refused = 0, False
+
+        async def counted_receive() -> Dict[str, Any]:
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    refused = True
+                    await refuse_body(send, self.limit)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Dict[str, Any]) -> None:
+            if not refused:
+                await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)
+
+
+app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
 
 
 class EmbedRequest(BaseModel):
@@ -67,27 +160,94 @@ class EmbedRequest(BaseModel):
     token_vectors: bool = False
 
 
+class TruncatedToken(BaseModel):
+    index: int  # its position in ``tokens``
+    length: int  # its length in the unit the model reads (``unit``)
+    read: int  # how many of those the model read; ``tokens`` holds only these
+    unit: str  # "bytes" (UTF-8) or "characters"
+
+
 class Embedding(BaseModel):
-    tokens: List[str]
+    tokens: List[str]  # as the model read them: a token longer than it reads is cut (see ``truncated``)
     vector: List[float]  # the mean of the tokens' vectors
     token_vectors: Optional[List[List[float]]] = None
+    truncated: List[TruncatedToken] = []  # tokens longer than the model reads, whose rest it ignored
+
+
+def lone_surrogate(text: str) -> Optional[int]:
+    """The position of the first character UTF-8 cannot encode (a lone surrogate), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return err.start
+    return None
+
+
+def as_read(token: str) -> Tuple[str, Optional[TruncatedToken]]:
+    """What the model reads of ``token``, in whole characters, and the note saying it was cut (None if not)."""
+    if TOKEN_UNITS_ARE_BYTES:
+        data = token.encode("utf-8")
+        if len(data) <= MAX_TOKEN_UNITS:
+            return token, None
+        read = data[:MAX_TOKEN_UNITS].decode("utf-8", errors="ignore")  # a character cut in two is left out
+        return read, TruncatedToken(index=-1, length=len(data), read=MAX_TOKEN_UNITS, unit="bytes")
+    if len(token) <= MAX_TOKEN_UNITS:
+        return token, None
+    return token[:MAX_TOKEN_UNITS], TruncatedToken(index=-1, length=len(token), read=MAX_TOKEN_UNITS, unit="characters")
+
+
+def check_text(text: str) -> None:
+    """Refuse, with one line, a text this service does not embed: over the length limit (413), not Unicode (422),
+    without tokens (422)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise HTTPException(status_code=413, detail=(
+            f"the text has {len(text):,} characters, more than this service's limit of {MAX_TEXT_CHARS:,}: send it "
+            f"in parts, or start the service with ELMO_MAX_TEXT_CHARS set higher"))
+    position = lone_surrogate(text)
+    if position is not None:
+        raise HTTPException(status_code=422, detail=(
+            f"the text is not valid Unicode: character {position} is a lone surrogate "
+            f"({ascii(text[position])}), which UTF-8 cannot encode; send text in UTF-8"))
+    if not text.strip():
+        raise HTTPException(status_code=422, detail="the text has no tokens: send some words")
+
+
+def tokenize(text: str) -> Doc:
+    """The text as a Doc, or 422 with the tokenizer's complaint in one line."""
+    try:
+        return nlp.make_doc(text)
+    except (ValueError, UnicodeError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise HTTPException(status_code=422, detail=f"the tokenizer cannot take this text: {first_line}") from None
+
+
+def embedding(doc: Doc, with_token_vectors: bool) -> Embedding:
+    """The answer for an embedded Doc: its tokens as the model read them, their mean vector, what was cut."""
+    tokens, truncated = [], []
+    for index, token in enumerate(doc):
+        read, note = as_read(token.text)
+        tokens.append(read)
+        if note is not None:
+            truncated.append(note.model_copy(update={"index": index}))
+    vectors = doc._.elmo
+    return Embedding(
+        tokens=tokens,
+        vector=vectors.mean(axis=0).tolist(),
+        token_vectors=vectors.tolist() if with_token_vectors else None,
+        truncated=truncated,
+    )
 
 
 @app.post("/embed")
 async def embed(body: EmbedRequest, request: Request) -> Embedding:
-    if not body.text.strip():
-        raise HTTPException(status_code=422, detail="the text has no tokens: send some words")
+    check_text(body.text)
     handle = CancelHandle()
 
     def work() -> Embedding:
+        doc = tokenize(body.text)
         with handle.scope():
-            doc = nlp(body.text)
-        vectors = doc._.elmo
-        return Embedding(
-            tokens=[token.text for token in doc],
-            vector=vectors.mean(axis=0).tolist(),
-            token_vectors=vectors.tolist() if body.token_vectors else None,
-        )
+            doc = nlp(doc)
+        return embedding(doc, body.token_vectors)
 
     call = asyncio.ensure_future(run_in_threadpool(work))
     while not (await asyncio.wait({call}, timeout=DISCONNECT_POLL_S))[0]:

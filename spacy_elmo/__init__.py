@@ -5,7 +5,7 @@ torch, so that the torch-only layers (``spacy_elmo.model``, ``spacy_elmo.pretrai
 without them. spaCy finds the ``elmo`` factory and the architectures through the package's entry points.
 """
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any, List
 
 from .about import __version__
 from .errors import (
@@ -18,14 +18,18 @@ from .errors import (
     TokenTruncationWarning,
 )
 
+if TYPE_CHECKING:  # what type checkers see: the lazy names below, with their real types (py.typed ships)
+    from .embedder import ElmoEmbedder
+    from .model.options import ElmoOptions
+    from .pipeline import Elmo, install_vector_hooks, with_vector_hooks
+    from .util.cancel import CallCancelled, CancelHandle
+
 # name -> the module that defines it, imported on first use
 _LAZY = {
-    "BiLm": ".model.bilm",
     "CallCancelled": ".util.cancel",
     "CancelHandle": ".util.cancel",
     "Elmo": ".pipeline",
     "ElmoEmbedder": ".embedder",
-    "ElmoEncoder": ".model.encoder",
     "ElmoOptions": ".model.options",
     "install_vector_hooks": ".pipeline",
     "with_vector_hooks": ".pipeline",
@@ -33,12 +37,10 @@ _LAZY = {
 
 __all__ = [
     "__version__",
-    "BiLm",
     "CallCancelled",
     "CancelHandle",
     "Elmo",
     "ElmoEmbedder",
-    "ElmoEncoder",
     "ElmoError",
     "ElmoListenerWarning",
     "ElmoOptions",
@@ -61,5 +63,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> list:
+def __dir__() -> List[str]:
     return sorted(set(globals()) | set(__all__))

@@ -8,6 +8,7 @@ import reprlib
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from spacy.tokens import Doc, Span, Token
 
@@ -22,6 +23,9 @@ DEFAULTS = BiLmSettings()
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
 Sentence = Union[Sequence[str], Sequence[Token], Doc, Span]
+
+# One sentence's layers, float32 ``(n_layers + 1, n_tokens, 2 * projection_dim)``.
+Vectors = npt.NDArray[np.float32]
 
 
 class ElmoEmbedder:
@@ -126,15 +130,15 @@ class ElmoEmbedder:
         """Forget carried state (stateful mode): the next call starts from the initial state."""
         self.runtime.reset_states()
 
-    def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
+    def embed_sentence(self, sentence: Sequence[str]) -> Vectors:
         """Layers of one sentence: float32 ``(n_layers + 1, len(sentence), 2 * projection_dim)``."""
         return self.embed_batch([sentence])[0]
 
-    def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[Vectors]:
         """Layers of each sentence, in order; see :meth:`embed_sentence`. Each array holds its sentence's rows only."""
         return self.runtime.layers(_token_lists(batch))
 
-    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
+    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> Iterator[Vectors]:
         """Layers of each sentence of a stream, computed ``batch_size`` sentences at a time."""
         for batch in chunked(sentences, batch_size):
             yield from self.embed_batch(batch)

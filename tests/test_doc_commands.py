@@ -60,6 +60,7 @@ class Check:
 
 CHECKS: Dict[str, Check] = {
     # README.md: set-up, published models
+    "nvidia-smi -L >/dev/null 2>&1 || pip install -c constraints.txt torch --index-url https://download.pytorch.org/whl/cpu": Check("pip dry run"),
     "pip install -c constraints.txt -e .": Check("pip dry run"),
     "python -m spacy_elmo demo": Check("as written"),
     'pip install -c constraints.txt -e ".[test]"': Check("pip dry run"),

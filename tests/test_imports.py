@@ -63,12 +63,12 @@ def test_spacy_finds_the_factory_and_architectures_without_importing_spacy_elmo(
 
 def test_every_public_name_imports_from_the_package_and_is_the_defining_modules_object():
     from spacy_elmo.embedder import ElmoEmbedder
-    from spacy_elmo.model.bilm import BiLm
+    from spacy_elmo.model.options import ElmoOptions
     from spacy_elmo.pipeline.component import Elmo
 
     for name in spacy_elmo.__all__:
         assert getattr(spacy_elmo, name) is not None, name
-    assert (spacy_elmo.ElmoEmbedder, spacy_elmo.BiLm, spacy_elmo.Elmo) == (ElmoEmbedder, BiLm, Elmo)
+    assert (spacy_elmo.ElmoEmbedder, spacy_elmo.ElmoOptions, spacy_elmo.Elmo) == (ElmoEmbedder, ElmoOptions, Elmo)
     assert set(spacy_elmo.__all__) <= set(dir(spacy_elmo))
     with pytest.raises(ImportError, match="Elmoo"):
         from spacy_elmo import Elmoo  # noqa: F401

@@ -2,7 +2,8 @@
 
 Every ```python block of README.md and docs/*.md runs, page by page in order (one namespace per page, as a reader
 runs them), in a folder holding what the examples name: an ``options.json`` + ``weights.hdf5`` pair (the AllenNLP
-fixture), ``corpus.txt`` and its ``corpus.hdf5`` (written by the ``embed`` command). The blocks use public names
+fixture), ``corpus.txt`` and its ``corpus.hdf5`` (written by the ``embed`` command), with the published ``original``
+model downloaded (the AllenNLP fixture standing in for it). The blocks use public names
 only, so these tests do too.
 """
 import inspect
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 SHAPE_COMMENT = re.compile(r"^(?P<expr>\S.*\.shape)\s+# \((?P<shape>[\d, ]+)\)")
+COSINE_COMMENT = re.compile(r"^(?P<expr>\S.*\.similarity\(.*\))\s+# (?P<cosine>\d\.\d\d):")
 CORPUS_LINES = 20  # the HDF5 example reads line 17
 
 
@@ -38,18 +40,21 @@ def _quick_start() -> str:
     return next(block for block in _blocks(README, "python") if "doc._.elmo.shape" in block)
 
 
-def test_quick_start_shape_comments_are_true():
+def test_quick_start_shape_and_cosine_comments_are_true():
     namespace: dict = {}
     checked = []
     for line in _quick_start().splitlines():
-        match = SHAPE_COMMENT.match(line)
-        if match:
-            shape = tuple(int(n) for n in match["shape"].split(","))
-            assert eval(match["expr"], namespace) == shape, line
-            checked.append(match["expr"])
+        shape, cosine = SHAPE_COMMENT.match(line), COSINE_COMMENT.match(line)
+        if shape:
+            expected = tuple(int(n) for n in shape["shape"].split(","))
+            assert eval(shape["expr"], namespace) == expected, line
+            checked.append(shape["expr"])
+        elif cosine:
+            assert f"{eval(cosine['expr'], namespace):.2f}" == cosine["cosine"], line
+            checked.append(cosine["cosine"])
         else:
             exec(line.split("#")[0].rstrip() or "pass", namespace)
-    assert checked == ["doc._.elmo.shape", 'zh("宝玉在园中读书。")._.elmo.shape']
+    assert checked == ["doc._.elmo.shape", "0.89", "0.33", 'zh("宝玉在园中读书。")._.elmo.shape']
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +73,9 @@ def example_folder(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [page for page in PAGES if _blocks(page, "python")], ids=lambda page: page.name)
-def test_python_blocks_run(page: Path, example_folder: Path, monkeypatch):
+def test_python_blocks_run(page: Path, example_folder: Path, downloaded_original: Path, monkeypatch):
+    """Each page's blocks in order; "original" downloaded (docs/migrating.md's 0.9 embedder uses it by default), as
+    the AllenNLP test model: the page's bash block downloads it."""
     monkeypatch.chdir(example_folder)
     namespace: dict = {"__name__": "__docs__"}
     for number, block in enumerate(_blocks(page, "python")):
@@ -188,6 +195,14 @@ def _settings(heading: str) -> Set[str]:
 )
 def test_api_tables_list_every_setting(heading: str):
     assert _api_tables()[heading] == _settings(heading)
+
+
+def test_every_exported_name_is_in_the_api_page():
+    """A name ``from spacy_elmo import *`` gives is public, so docs/api.md names it (in backquotes)."""
+    import spacy_elmo
+
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    assert [name for name in spacy_elmo.__all__ if f"`{name}`" not in text] == []
 
 
 def _anchors(page: Path) -> Set[str]:

@@ -289,7 +289,8 @@ class Elmo(nn.Module):
     ``num_layers``, ``get_output_dim()`` and ``forward`` returning activations and mask, instead of the files.
 
     ``options_file`` alone may be the name of a downloaded model (``Elmo("original", None, 1)``; see
-    ``python -m spacy_elmo list``), and a published model's URLs stand for it once it is downloaded. Not in
+    ``python -m spacy_elmo list``), and a published model's URLs stand for it once it is downloaded; neither file
+    (``Elmo(None, None, 1)``) is the English model embedded in spacy-elmo, as for :class:`ElmoBiLm`. Not in
     AllenNLP: ``stateful``, ``initial_state``, ``precision`` and ``device``, as :class:`ElmoBiLm` takes them.
     """
 
@@ -318,10 +319,6 @@ class Elmo(nn.Module):
                 )
             self._elmo_lstm = module
         else:
-            if options_file is None:
-                raise ElmoSettingsError(
-                    "Elmo needs options_file and weight_file (or a downloaded model's name as options_file), or module"
-                )
             self._elmo_lstm = ElmoBiLm(options_file, weight_file, requires_grad, vocab_to_cache, **settings)
         self._has_cached_vocab = vocab_to_cache is not None
         self._keep_sentence_boundaries = keep_sentence_boundaries

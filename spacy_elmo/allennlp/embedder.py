@@ -9,6 +9,7 @@ from typing import IO, Any, Iterable, Iterator, List, Optional, Sequence, Tuple,
 
 import h5py
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from ..errors import NotDownloadedError
@@ -22,6 +23,9 @@ from .elmo import ConfigurationError, ElmoBiLm, batch_to_ids
 DEFAULT_MODEL = "original"
 DEFAULT_BATCH_SIZE = 64
 OUTPUT_FORMATS = ("all", "top", "average")
+
+# One sentence's layers, float32 ``(n_layers + 1, n_tokens, 2 * projection_dim)``.
+Vectors = npt.NDArray[np.float32]
 
 
 def default_model() -> str:
@@ -78,11 +82,11 @@ class ElmoEmbedder:
         layers = torch.stack([layer[:, 1:-1].masked_fill(~mask.unsqueeze(-1), 0.0) for layer in output["activations"]], 1)
         return layers, mask
 
-    def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
+    def embed_sentence(self, sentence: Sequence[str]) -> Vectors:
         """The layers of one sentence, ``(3, len(sentence), dim)``."""
         return self.embed_batch([sentence])[0]
 
-    def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[Vectors]:
         """The layers of each sentence of one biLM batch. A batch of one empty sentence runs nothing (as in 0.9)."""
         if len(batch) == 1 and len(batch[0]) == 0:
             return [self._empty()]
@@ -92,7 +96,7 @@ class ElmoEmbedder:
         layers, lengths = layers.float().cpu().numpy(), mask.sum(dim=1).tolist()
         return [layers[i, :, :n].copy() if n else self._empty() for i, n in enumerate(lengths)]
 
-    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[np.ndarray]:
+    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[Vectors]:
         """The layers of each sentence of a stream, ``batch_size`` sentences per biLM batch."""
         for batch in chunked(sentences, batch_size):
             yield from self.embed_batch(batch)

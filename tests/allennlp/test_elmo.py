@@ -214,6 +214,18 @@ def test_a_downloaded_models_name_stands_for_its_files(allennlp_files, downloade
     torch.testing.assert_close(by_name, Elmo(*allennlp_files, 1, dropout=0.0)(ids)["elmo_representations"][0], rtol=0, atol=0)
 
 
+def test_without_files_elmo_runs_the_embedded_english_model():
+    """``Elmo(None, None, n)``: the embedded English model. Its first call starts from zeros (the carried state is
+    empty), so its top layer is what spacy_elmo's own embedder gives from a zero start, computed by the runtime."""
+    from spacy_elmo import ElmoEmbedder
+
+    elmo = Elmo(None, None, 1, dropout=0.0, scalar_mix_parameters=TOP)
+    got = elmo(batch_to_ids([SENTENCES[1]]))["elmo_representations"][0][0].detach().numpy()
+    want = ElmoEmbedder(initial_state="zeros").embed_sentence(SENTENCES[1])[-1]
+    assert got.shape == (len(SENTENCES[1]), 256)
+    np.testing.assert_allclose(got, want, **ROUNDING)
+
+
 def test_a_model_name_that_is_not_downloaded_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     with pytest.raises(NotDownloadedError, match="python -m spacy_elmo download original"):
@@ -224,14 +236,14 @@ def test_a_model_name_that_is_not_downloaded_says_how_to_get_it(monkeypatch, tmp
     "call, message",
     [
         (lambda f: Elmo(*f, 1, module=torch.nn.Linear(1, 1)), "either module or options_file"),
-        (lambda f: Elmo(None, None, 1), "needs options_file"),
+        (lambda f: Elmo(None, f[1], 1), "Give both options_file and weight_file"),
         (lambda f: Elmo(*f, 1, vocab_to_cache=["@@PADDING@@", "a"])(batch_to_ids([["a"]]), torch.tensor([[1, 1]])), "word_inputs has shape"),
         (lambda f: Elmo(*f, 1, stateful=False, cache_size=8), r"unknown ELMo setting\(s\) \['cache_size'\]"),
         (lambda f: Elmo(None, None, 1, module=ElmoBiLm(*f), stateful=False), "give them to that module"),
         (lambda f: Elmo(*f, 1)(torch.zeros(2, 3, dtype=torch.long)), r"\(batch, timesteps, 50\)"),
         (lambda f: Elmo(*f, 1, scalar_mix_parameters=[0.0, 1.0]), "one weight per layer"),
     ],
-    ids=["module-and-files", "no-files", "word-shape", "unknown-setting", "module-and-settings", "char-shape", "mix-length"],
+    ids=["module-and-files", "weights-alone", "word-shape", "unknown-setting", "module-and-settings", "char-shape", "mix-length"],
 )
 def test_a_users_mistake_is_a_one_line_error(allennlp_files, call, message):
     with pytest.raises(ElmoSettingsError, match=message) as error:

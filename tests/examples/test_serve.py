@@ -1,6 +1,8 @@
 """examples/serve.py, the FastAPI app, served by uvicorn over real HTTP on 127.0.0.1: concurrent requests, one long
 text among short ones, each answered with what a serial ``nlp(text)`` gives; ready only once the model has run; a
-model that cannot be used stops it with one line; a long request whose client goes away stops being computed.
+model that cannot be used stops it with one line; a long request whose client goes away stops being computed; bad
+requests (a text or body over the limits, text that is not Unicode, a token longer than the model reads) get a 4xx
+or a note in one line, and the next request is served.
 
 The app serves the reference fixture model for the vectors (its ``ELMO_OPTIONS_FILE`` / ``ELMO_WEIGHT_FILE``), whose
 vectors in a merged batch are those of a serial call within ``ROUNDING``, as the tests of merged calls show; the
@@ -93,6 +95,42 @@ def embedded_server():
         yield url, answers, httpx.get(f"{url}/stats", timeout=5).json()
 
 
+# The limits of the limited server: small, so that the tests send little.
+TEXT_LIMIT = 2_000
+BODY_LIMIT = 20_000
+
+
+@pytest.fixture(scope="module")
+def limited_server():
+    """The example app serving the fixture model with a text limit of TEXT_LIMIT characters and a body limit of
+    BODY_LIMIT bytes; its base URL."""
+    env = _server_env(ELMO_OPTIONS_FILE=MODEL["options_file"], ELMO_WEIGHT_FILE=MODEL["weight_file"],
+                      ELMO_MAX_TEXT_CHARS=str(TEXT_LIMIT), ELMO_MAX_BODY_BYTES=str(BODY_LIMIT))
+    with _serving(env) as (url, _):
+        yield url
+
+
+def _still_serving(url: str) -> bool:
+    """Whether the server answers a good request with its tokens."""
+    reply = httpx.post(f"{url}/embed", json={"text": "The cat sat ."}, timeout=REQUEST_S)
+    return reply.status_code == 200 and reply.json()["tokens"] == ["The", "cat", "sat", "."]
+
+
+def _raw_answer(url: str, head: bytes, parts: list) -> Tuple[int, str]:
+    """Send a request's head and then its parts over a socket, without finishing the body, and read the answer
+    until the server closes the connection: its status and body. The server must answer before the body ends."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=REQUEST_S) as connection:
+        connection.sendall(head)
+        for part in parts:
+            connection.sendall(part)
+        received = b""
+        while chunk := connection.recv(65536):
+            received += chunk
+    status_line, _, rest = received.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2].decode("utf-8")
+
+
 @pytest.fixture(scope="module")
 def nlp():
     nlp = spacy.blank("en")
@@ -150,6 +188,16 @@ def test_a_model_that_cannot_be_used_stops_the_server_with_one_line(variable, va
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("variable", ["ELMO_MAX_TEXT_CHARS", "ELMO_MAX_BODY_BYTES"])
+def test_a_limit_that_is_not_a_positive_number_stops_the_server_with_one_line(variable):
+    env = _server_env(ELMO_OPTIONS_FILE=MODEL["options_file"], ELMO_WEIGHT_FILE=MODEL["weight_file"], **{variable: "10MB"})
+    process, _ = _start(env)
+    _, stderr = process.communicate(timeout=STARTUP_S)
+    assert process.returncode == 1
+    assert len(stderr.strip().splitlines()) == 1 and variable in stderr and "10MB" in stderr, stderr
+
+
+@pytest.mark.slow
 def test_a_long_request_abandoned_by_its_client_stops_being_computed(embedded_server):
     """A text of 60,000 words (at least 60,000 tokens: at least 235 windows of 256) is posted and its connection closed
     once the biLM has started on it: the call is cancelled and the biLM runs fewer segments than the text has."""
@@ -173,3 +221,81 @@ def test_a_long_request_abandoned_by_its_client_stops_being_computed(embedded_se
         time.sleep(0.05)
     assert after["calls_cancelled"] == before["calls_cancelled"] + 1
     assert after["items_run"] - before["items_run"] < math.ceil(words / 256)
+
+
+@pytest.mark.slow
+def test_a_text_over_the_default_limit_is_refused_with_413_naming_it(server):
+    """spaCy's own limit, 1,000,000 characters, by default: one character over it is refused with one line naming
+    the limit and the setting that raises it, and the server goes on."""
+    reply = httpx.post(f"{server}/embed", json={"text": "a" * 1_000_001}, timeout=REQUEST_S)
+    detail = reply.json()["detail"]
+    assert reply.status_code == 413 and "1,000,000" in detail and "ELMO_MAX_TEXT_CHARS" in detail, reply.text
+    assert "\n" not in detail and _still_serving(server)
+
+
+@pytest.mark.slow
+def test_the_text_limit_is_the_one_set(limited_server):
+    """ELMO_MAX_TEXT_CHARS: a text of exactly that many characters is embedded, one more is refused."""
+    at_limit = httpx.post(f"{limited_server}/embed", json={"text": "ab " * (TEXT_LIMIT // 3) + "ab"}, timeout=REQUEST_S)
+    over = httpx.post(f"{limited_server}/embed", json={"text": "ab " * (TEXT_LIMIT // 3) + "abc"}, timeout=REQUEST_S)
+    assert (at_limit.status_code, over.status_code) == (200, 413), over.text
+    assert f"{TEXT_LIMIT:,}" in over.json()["detail"]
+
+
+@pytest.mark.slow
+def test_a_body_declared_over_the_limit_is_refused_before_it_is_sent(limited_server):
+    """A Content-Length over ELMO_MAX_BODY_BYTES gets 413 while the body is still unsent (a few bytes of it only)."""
+    head = (b"POST /embed HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (BODY_LIMIT + 1))
+    status, body = _raw_answer(limited_server, head, [b'{"text": "a'])
+    assert status == 413 and f"{BODY_LIMIT:,} bytes" in json.loads(body)["detail"], body
+    assert _still_serving(limited_server)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunks, refused", [(3, True), (1, False)])
+def test_a_chunked_body_is_refused_once_it_passes_the_limit(limited_server, chunks: int, refused: bool):
+    """A chunked body (no Content-Length) is counted as it arrives: chunks of 8,000 bytes (a short text, then JSON's
+    whitespace) pass the 20,000-byte limit at the third, which gets 413 though the body has not ended; one such
+    chunk, ended, is read and embedded."""
+    head = (b"POST /embed HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    body = b'{"text": "The cat sat ."}'
+    first, spaces = body + b" " * (8_000 - len(body)), b" " * 8_000
+    frame = lambda data: b"%x\r\n%s\r\n" % (len(data), data)  # noqa: E731
+    parts = [frame(first)] + [frame(spaces)] * (chunks - 1) + ([] if refused else [b"0\r\n\r\n"])
+    status, answer = _raw_answer(limited_server, head, parts)
+    if refused:
+        assert status == 413 and "ELMO_MAX_BODY_BYTES" in json.loads(answer)["detail"], answer
+    else:
+        assert status == 200 and json.loads(answer)["tokens"] == ["The", "cat", "sat", "."], answer
+    assert _still_serving(limited_server)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", ["\\ud800", "bank \\udfff river", "\\ude00\\ud83d"])
+def test_a_lone_surrogate_is_refused_with_422_in_one_line(server, text: str):
+    """JSON may escape a surrogate without its pair, which no UTF-8 text holds: 422, one line, no traceback."""
+    body = b'{"text": "%s"}' % text.encode("ascii")
+    reply = httpx.post(f"{server}/embed", content=body, headers={"content-type": "application/json"}, timeout=REQUEST_S)
+    detail = reply.json()["detail"]
+    assert reply.status_code == 422 and "surrogate" in detail and "\n" not in detail, reply.text
+    assert _still_serving(server)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::spacy_elmo.TokenTruncationWarning")  # the local nlp's, expected
+@pytest.mark.parametrize("token, read", [
+    ("x" * 200_000, "x" * 48),
+    ("a" + "中" * 20, "a" + "中" * 15),  # 61 bytes; the 48th byte is inside the 16th 中, which is left out
+], ids=["200,000 letters", "cut inside a character"])
+def test_a_token_longer_than_the_model_reads_is_reported_and_not_echoed_whole(server, nlp, token: str, read: str):
+    """The fixture model reads 48 bytes of a token: the reply lists the token in ``truncated`` with its length in
+    bytes, and its ``tokens`` hold what the model read (whole characters), not the whole token."""
+    reply = httpx.post(f"{server}/embed", json={"text": f"A {token} here"}, timeout=REQUEST_S)
+    assert reply.status_code == 200, reply.text
+    got = reply.json()
+    assert got["tokens"] == ["A", read, "here"]
+    assert got["truncated"] == [{"index": 1, "length": len(token.encode("utf-8")), "read": 48, "unit": "bytes"}]
+    assert len(reply.content) < 20_000
+    np.testing.assert_allclose(got["vector"], nlp(f"A {token} here")._.elmo.mean(axis=0), **ROUNDING)
