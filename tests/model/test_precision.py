@@ -15,6 +15,11 @@ from spacy_elmo.model.bilm import PRECISION_PARTS
 from spacy_elmo.model.precision import check_precision
 from tests.conftest import ALLENNLP, BATCH_INDEPENDENCE, ROUNDING
 
+# One bf16 step at the layers' largest values (below 8). On CPUs with AMX, oneDNN multiplies one row and many rows
+# with different kernels, whose float32 sums differ in the last bit; rounded to bf16 at the next product, that is
+# one bf16 step (2**-6 at a value of 3, measured on a Xeon with AMX: 3 of 40 sentences, top-layer cosine 0.999998).
+BF16_STEP = 2**-5
+
 # Stated tolerances against the fp32 output, per layer (the fidelity targets: top layer mean >= 0.999, 1st
 # percentile >= 0.99). Measured on these models: int8 >= 0.9997 mean; bf16 see BENCHMARKS.md.
 MIN_MEAN_COSINE = 0.999
@@ -78,7 +83,8 @@ def test_a_sentence_does_not_depend_on_what_ran_before_it(precision):
     history.encoder.fill_cache([word for sentence in text for word in sentence], batch_size=1)
     serial = [history.embed_sentence(sentence) for sentence in text]
     batched = at_precision(ElmoEmbedder(cache_size=5000), precision).embed_batch(text)
-    assert max(float(np.abs(a - b).max()) for a, b in zip(serial, batched)) <= BATCH_INDEPENDENCE
+    allowed = BATCH_INDEPENDENCE if precision == "int8" else BF16_STEP
+    assert max(float(np.abs(a - b).max()) for a, b in zip(serial, batched)) <= allowed
 
 
 def test_the_float32_token_projection_beside_int8_gives_a_row_the_same_result_among_any_rows():
