@@ -100,8 +100,10 @@ class LayerHandoff:
             if layers is None:
                 return None
             self._join(reader)
+        if layers.shape[1] != len(doc):
+            return None
         self._read.setdefault(doc, set()).add(reader)
-        return layers if layers.shape[1] == len(doc) else None
+        return layers
 
     def was_read(self, doc: Doc, reader: Hashable) -> bool:
         """Whether ``reader`` took ``doc``'s layers since the component last put them here."""

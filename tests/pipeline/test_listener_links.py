@@ -15,7 +15,7 @@ import srsly
 from spacy.cli.init_config import fill_config
 from spacy.cli.train import train
 from spacy.language import Language
-from spacy.tokens import DocBin
+from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from thinc.api import fix_random_seed
 
@@ -121,6 +121,27 @@ def test_a_tagger_enabled_late_with_larger_batches_than_elmo_still_reads_the_rig
     nlp = spacy.load(trained, disable=["tagger"])
     nlp.enable_pipe("tagger")
     assert tags(nlp, batch_size=1, component_cfg={"tagger": {"batch_size": 4}}) == expected
+
+
+@Language.component("merge_first_two_tokens")
+def merge_first_two_tokens(doc):
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    return doc
+
+
+def test_a_doc_whose_tokens_changed_after_elmo_is_read_with_its_new_tokens(trained):
+    """A component between ``elmo`` and the tagger merges tokens: the layers ``elmo`` left no longer fit, and the
+    tagger gets the layers of the merged Doc, as if ``elmo`` had run on it."""
+    merging = spacy.load(trained)
+    merging.add_pipe("merge_first_two_tokens", after="elmo")
+    merged_words = spacy.load(trained)
+    texts = [text.split(" ", 1) for text in PROBES]
+    expected = [
+        [t.tag_ for t in merged_words(Doc(merged_words.vocab, words=[first + " " + rest.split()[0], *rest.split()[1:]]))]
+        for first, rest in texts
+    ]
+    assert tags(merging) == expected
 
 
 def test_a_disabled_listener_keeps_at_most_the_latest_batch(trained):
