@@ -120,16 +120,18 @@ def embed(args: argparse.Namespace) -> None:
     refused = []
     with tempfile.TemporaryDirectory() as tmp:
         files = model_files(args.preset, Path(tmp))
-        for precision in args.precision.split(","):
+        for setting in precision_settings(args.precision, args.int8_kernels):
+            precision = setting.split(" ")[0]
             for cache in cache_sizes:
                 try:
-                    embedder = ElmoEmbedder(*files, initial_state="zeros", cache_size=cache, threads=None,
-                                            cache_words=cache_words[:cache] if cache else None, precision=precision)
+                    with int8_kernel(setting):
+                        embedder = ElmoEmbedder(*files, initial_state="zeros", cache_size=cache, threads=None,
+                                                cache_words=cache_words[:cache] if cache else None, precision=precision)
                 except ValueError as err:  # a precision this CPU refuses
-                    refused.append(f"{precision}: {err}")
+                    refused.append(f"{setting}: {err}")
                     break
                 for batch in batch_sizes:
-                    runs[precision, cache, batch] = lambda e=embedder, b=batch: in_batches(e, sentences, b)
+                    runs[setting, cache, batch] = lambda e=embedder, b=batch: in_batches(e, sentences, b)
     outputs = {key: run() for key, run in runs.items()}  # a warm-up, and the vectors compared
     wall, cpu = interleaved(runs, args.rounds)
     reference = next(iter(outputs.values()))
@@ -137,17 +139,46 @@ def embed(args: argparse.Namespace) -> None:
     print(f"{args.preset}, {args.threads} torch thread(s); {len(sentences)} UD-EWT dev sentences of 5-40 tokens, "
           f"{words:,} words; token cache filled with the most frequent UD-EWT train words; {args.rounds} rounds, "
           f"the settings interleaved; fidelity: top layer against the first setting\n")
-    print("| precision | token cache | batch | words/s (best) | words per CPU-second (best) | x fp32, per-round median "
-          "| top-layer cosine mean / 1st pct |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | --- |")
+    int8_base = next((s for s in precision_settings(args.precision, args.int8_kernels) if " " in s), None)
+    bases = ["fp32"] + ([int8_base] if int8_base else [])
+    print("| precision | token cache | batch | words/s (best) | words per CPU-second (best) | "
+          + " | ".join(f"x {b}, per-round median" for b in bases) + " | top-layer cosine mean / 1st pct |")
+    print("| --- | ---: | --- | ---: | ---: |" + " ---: |" * len(bases) + " --- |")
     for (precision, cache, batch), seconds in cpu.items():
-        base = cpu.get(("fp32", cache, batch))
-        ratio = f"{statistics.median(b / s for b, s in zip(base, seconds)):.2f}" if base else "-"
+        ratios = []
+        for name in bases:
+            base = cpu.get((name, cache, batch))
+            ratios.append(f"{statistics.median(b / s for b, s in zip(base, seconds)):.2f}" if base else "-")
         mean, low = top_layer_fidelity(outputs[precision, cache, batch], reference)
         print(f"| {precision} | {cache:,} | {batch or 'all at once'} | {words / min(wall[precision, cache, batch]):,.0f} "
-              f"| {words / min(seconds):,.0f} | {ratio} | {mean:.5f} / {low:.4f} |")
+              f"| {words / min(seconds):,.0f} | {' | '.join(ratios)} | {mean:.5f} / {low:.4f} |")
     for line in refused:
         print(f"refused: {line}")
+
+
+def precision_settings(precisions: str, int8_kernels: Optional[str]) -> List[str]:
+    """``--precision``'s names, ``int8`` once per kernel of ``--int8-kernels`` (``"int8 onednn"``) when given."""
+    settings = []
+    for precision in precisions.split(","):
+        kernels = int8_kernels.split(",") if precision == "int8" and int8_kernels else [None]
+        settings += [precision if kernel is None else f"{precision} {kernel}" for kernel in kernels]
+    return settings
+
+
+@contextmanager
+def int8_kernel(setting: str) -> Iterator[None]:
+    """The int8 kernel that ``setting`` names (``"int8 onednn"``) for the biLMs made inside: the package reads
+    SPACY_ELMO_INT8_KERNEL when it converts weights to int8; without a name, its own choice."""
+    kernel = setting.split(" ")[1] if " " in setting else None
+    before = os.environ.pop("SPACY_ELMO_INT8_KERNEL", None)
+    if kernel:
+        os.environ["SPACY_ELMO_INT8_KERNEL"] = kernel
+    try:
+        yield
+    finally:
+        os.environ.pop("SPACY_ELMO_INT8_KERNEL", None)
+        if before is not None:
+            os.environ["SPACY_ELMO_INT8_KERNEL"] = before
 
 
 # --- pipeline and training -----------------------------------------------------------------------------------------
@@ -711,7 +742,8 @@ def parser() -> argparse.ArgumentParser:
         return p
 
     command("embed", embed, preset="small", precision="fp32", cache_sizes="0", batch_sizes="32", sentences=200,
-            rounds=5, threads=1)
+            rounds=5, threads=1).add_argument(
+        "--int8-kernels", help="int8 once per kernel: fbgemm, onednn, dequantized (default: the package's choice)")
     command("pipeline", pipeline, model="small", precision="fp32,int8", cache_sizes="0,20000", sentences=500,
             earlier_sentences=1500, passes=3)
     command("training", training, model="embedded", sentences=1000, epochs=3)

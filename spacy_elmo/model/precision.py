@@ -9,11 +9,16 @@ int8 scales each *row* of the activations on its own, so a sentence's vectors ne
 two pinning columns of +1 and -1 (inputs whose weights are zero) fix the per-tensor range that fbgemm's dynamic
 kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The
 rounding to int8 turns a last-bit difference in a row into a whole int8 step (1e-2 in the result), so what feeds
-these products must not depend on the batch either (:class:`RowExactLinear`). The kernel is torch's fbgemm dynamic
-quantized linear, reached through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in
-one place.
+these products must not depend on the batch either (:class:`RowExactLinear`).
+
+The int8 weights and their scales are plain tensors that :class:`Int8Linear` keeps; one of :data:`INT8_KERNELS`
+multiplies them, the first that this torch has (:func:`int8_kernel`): fbgemm's dynamic quantized linear, built on
+the quantized tensors that torch 2.13 marks deprecated, then oneDNN's int8 linear on plain int8 tensors (the one
+torch keeps for its x86 int8 inference), then the weights dequantized to float32 for each product. fbgemm stays
+first while torch has it: it is faster for one-row products (oneDNN costs more per call; measured in BENCHMARKS.md).
 """
 import functools
+import os
 import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
@@ -114,18 +119,55 @@ class FloatLinear(LowPrecisionLinear):
 
 
 class Int8Linear(LowPrecisionLinear):
-    """Weights in int8 with one scale per output column; activations in int8 with one scale per row."""
+    """Weights in int8 with one scale per output column; activations in int8 with one scale per row.
+
+    ``weight``: ``(out, in)`` int8, ``scales``: ``(out,)`` float32, so that ``weight * scales[:, None]`` is the
+    transposed float weight; what :data:`INT8_KERNELS` multiply, each packing them its own way once."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
         super().__init__(weight, bias)
-        columns = weight.detach().float().t()  # (out, in), the layout fbgemm packs
-        scales = (columns.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
-        zero_points = torch.zeros(self.out_features, dtype=torch.long)
-        pinned = torch.cat((columns, columns.new_zeros(self.out_features, len(PINS))), dim=1)  # the pins' weights: 0
+        columns = weight.detach().float().t()  # (out, in), the layout the kernels pack
+        self.scales = (columns.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
+        self.weight = torch.round(columns / self.scales[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()
+        self.kernel = int8_kernel()
+        self._packed = self.kernel.pack(self.weight, self.scales)
+
+    @staticmethod
+    def products(
+        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
+        out: torch.Tensor, scratch: Optional[Scratch],
+    ) -> torch.Tensor:
+        if x.shape[1] == 0:
+            return out
+        return kernels[0].kernel.products(kernels, x, shifts, out, scratch)  # type: ignore[attr-defined]
+
+
+class FbgemmInt8:
+    """fbgemm's dynamic int8 linear on quantized tensors (deprecated in torch 2.13): each row divided by its
+    largest magnitude, two pinning columns of +1 and -1 (whose weights are zero) fixing the per-tensor range that the
+    kernel derives to exactly [-1, 1] for any number of rows; 7-bit activations, which cannot overflow AVX2's
+    16-bit pair sums."""
+
+    name = "fbgemm"
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            ops = (torch.ops.quantized.linear_dynamic.default, torch.ops.quantized.linear_prepack.default,
+                   torch._make_per_channel_quantized_tensor)
+            return all(map(callable, ops)) and "fbgemm" in torch.backends.quantized.supported_engines
+        except (AttributeError, RuntimeError):
+            return False
+
+    @staticmethod
+    def pack(weight: torch.Tensor, scales: torch.Tensor) -> object:
+        pinned = torch.cat((weight, weight.new_zeros(weight.shape[0], len(PINS))), dim=1)  # the pins' weights: 0
         with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated; the kernel stays
             warnings.simplefilter("ignore")
-            quantized = torch.quantize_per_channel(pinned, scales, zero_points, 0, torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(quantized, None)
+            quantized = torch._make_per_channel_quantized_tensor(
+                pinned, scales.double(), torch.zeros(len(scales), dtype=torch.long), 0
+            )
+            return torch.ops.quantized.linear_prepack(quantized, None)
 
     @staticmethod
     def products(
@@ -134,21 +176,122 @@ class Int8Linear(LowPrecisionLinear):
     ) -> torch.Tensor:
         """Every kernel's rows scaled in one pass (one abs-max, one division into a buffer that holds the pinning
         columns), then one int8 product per kernel, its row scale and shift applied as it is written."""
-        stacked, rows, width = x.shape
-        if rows == 0:
-            return out
-        linear_dynamic = _int8_kernel()
+        width = x.shape[2]
+        linear_dynamic = _fbgemm_linear()
         magnitude = x.abs().amax(dim=2, keepdim=True).clamp_min_(1e-30)
         unit = _pinned_rows(x, scratch)
         torch.div(x, magnitude, out=unit.narrow(2, 0, width))
         for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
-            # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
-            product = linear_dynamic(unit[d], kernel._packed, True)
+            product = linear_dynamic(unit[d], kernel._packed, True)  # type: ignore[attr-defined]
             if shift is None:
                 torch.mul(product, magnitude[d], out=out[d])
             else:
                 torch.addcmul(shift, product, magnitude[d], out=out[d])
         return out
+
+
+class OneDnnInt8:
+    """oneDNN's int8 linear on plain tensors (``torch.ops.onednn.qlinear_pointwise``, what torch's x86 int8
+    inference lowers to): each row rounded to ``64 + x * 63.5 / max|x|``, uint8 in [0, 128], the same 7-bit
+    activations as fbgemm's (u8 x s8 pair sums stay below AVX2's 16-bit limit), then the int32 sums scaled by the
+    weight's column scales in the kernel and by the row's scale as the result is written."""
+
+    name = "onednn"
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            if not torch.backends.mkldnn.is_available():
+                return False
+            weight = torch.tensor([[1, -2], [3, 4]], dtype=torch.int8)
+            kernel = OneDnnInt8.pack(weight, torch.ones(2))
+            rows = torch.tensor([[65, 63]], dtype=torch.uint8)  # (1, -1) around the zero point 64
+            product = OneDnnInt8.product(rows, kernel, torch.ones(2), weight.shape[0])
+            return torch.equal(product, torch.tensor([[3.0, -1.0]]))
+        except (AttributeError, RuntimeError, NotImplementedError):
+            return False
+
+    @staticmethod
+    def pack(weight: torch.Tensor, scales: torch.Tensor) -> object:
+        return torch.ops.onednn.qlinear_prepack(weight, None)
+
+    @staticmethod
+    def product(rows: torch.Tensor, packed: object, scales: torch.Tensor, out_features: int) -> torch.Tensor:
+        """``(rows - 64) @ weight.T * scales`` in float32, for uint8 ``rows``."""
+        return _onednn_linear()(
+            rows, 1.0, ZERO_POINT, packed, scales, _zero_points(out_features), None, 1.0, 0, torch.float32, "none", [], ""
+        )
+
+    @staticmethod
+    def products(
+        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
+        out: torch.Tensor, scratch: Optional[Scratch],
+    ) -> torch.Tensor:
+        """Every kernel's rows rounded in one pass, then one int8 product per kernel, its row scale and shift
+        applied as it is written."""
+        magnitude = x.abs().amax(dim=2, keepdim=True).clamp_min_(1e-30)
+        rounded = torch.addcmul(_ZERO_POINT_TENSOR, x, torch.div(HALF_RANGE, magnitude)).round_()
+        rows = rounded.to(torch.uint8)
+        row_scales = magnitude.div_(HALF_RANGE)
+        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
+            product = OneDnnInt8.product(rows[d], kernel._packed, kernel.scales, kernel.out_features)  # type: ignore[attr-defined]
+            if shift is None:
+                torch.mul(product, row_scales[d], out=out[d])
+            else:
+                torch.addcmul(shift, product, row_scales[d], out=out[d])
+        return out
+
+
+class DequantizedInt8:
+    """The int8 weights turned back into float32 for each product, the activations left in float32: what any torch
+    runs, slower than float32 itself (the floor, for a torch with neither int8 kernel)."""
+
+    name = "dequantized"
+
+    @staticmethod
+    def available() -> bool:
+        return True
+
+    @staticmethod
+    def pack(weight: torch.Tensor, scales: torch.Tensor) -> object:
+        return None
+
+    @staticmethod
+    def products(
+        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
+        out: torch.Tensor, scratch: Optional[Scratch],
+    ) -> torch.Tensor:
+        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
+            weight = kernel.weight.float().mul_(kernel.scales[:, None]).t()  # type: ignore[attr-defined]
+            if shift is None:
+                torch.mm(x[d], weight, out=out[d])
+            else:
+                torch.addmm(shift.expand_as(out[d]), x[d], weight, out=out[d])
+        return out
+
+
+# The int8 kernels, in the order :func:`int8_kernel` tries them.
+INT8_KERNELS = {kernel.name: kernel for kernel in (FbgemmInt8, OneDnnInt8, DequantizedInt8)}
+# SPACY_ELMO_INT8_KERNEL=<name>: the int8 kernel to use (benchmarks and tests); unset, the first this torch has.
+INT8_KERNEL_VARIABLE = "SPACY_ELMO_INT8_KERNEL"
+
+
+def int8_kernel():
+    """The int8 kernel of new :class:`Int8Linear` products: the one :data:`INT8_KERNEL_VARIABLE` names, or the
+    first of :data:`INT8_KERNELS` that this torch has."""
+    chosen = os.environ.get(INT8_KERNEL_VARIABLE)
+    if chosen:
+        if chosen not in INT8_KERNELS:
+            raise ElmoSettingsError(f"{INT8_KERNEL_VARIABLE} must be one of {', '.join(INT8_KERNELS)}, found {chosen!r}")
+        if not _has_kernel(chosen):
+            raise ElmoSettingsError(f"{INT8_KERNEL_VARIABLE}={chosen}: this torch ({torch.__version__}) lacks that kernel")
+        return INT8_KERNELS[chosen]
+    return next(kernel for name, kernel in INT8_KERNELS.items() if _has_kernel(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _has_kernel(name: str) -> bool:
+    return INT8_KERNELS[name].available()
 
 
 class RowExactLinear(LowPrecisionLinear):
@@ -185,12 +328,30 @@ class RowExactLinear(LowPrecisionLinear):
 PINS = torch.tensor([1.0, -1.0])
 
 
+# oneDNN's activations: ``64 + x * 63.5 / max|x|`` in uint8 (see :class:`OneDnnInt8`).
+ZERO_POINT = 64
+HALF_RANGE = 63.5
+_ZERO_POINT_TENSOR = torch.tensor(float(ZERO_POINT))
+
+
 @functools.lru_cache(maxsize=None)
-def _int8_kernel() -> Callable[..., torch.Tensor]:
+def _fbgemm_linear() -> Callable[..., torch.Tensor]:
     """fbgemm's dynamic int8 linear as one resolved overload: called through ``torch.ops.quantized.linear_dynamic``,
     each call first checks in Python whether its arguments need a Python dispatch (5 us, a fifth of a one-row
     product's time)."""
     return torch.ops.quantized.linear_dynamic.default
+
+
+@functools.lru_cache(maxsize=None)
+def _onednn_linear() -> Callable[..., torch.Tensor]:
+    """oneDNN's int8 linear as one resolved overload (see :func:`_fbgemm_linear`)."""
+    return torch.ops.onednn.qlinear_pointwise.default
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_points(n: int) -> torch.Tensor:
+    """The weights' zero points for oneDNN: ``n`` zeros, shared by the products of that width."""
+    return torch.zeros(n, dtype=torch.int32)
 
 
 def _pinned_rows(x: torch.Tensor, scratch: Optional[Scratch]) -> torch.Tensor:

@@ -126,9 +126,8 @@ def test_an_int8_row_gives_the_same_result_alone_and_in_any_batch(rows):
 
 
 def linear_weight(linear: precision_module.Int8Linear) -> torch.Tensor:
-    """The fp32 weight an :class:`Int8Linear` was made from, reconstructed from its packed int8 form."""
-    unpacked, _ = torch.ops.quantized.linear_unpack(linear._packed)
-    return unpacked.dequantize().t()[: linear.in_features]  # without the pinning columns' zero weights
+    """The fp32 weight an :class:`Int8Linear` was made from, reconstructed from its int8 form."""
+    return (linear.weight.float() * linear.scales[:, None]).t()
 
 
 @pytest.mark.parametrize("precision", ["int8", "bf16"])
@@ -204,3 +203,67 @@ def test_a_precision_the_device_cannot_run_is_refused(precision, device, message
 def test_gpu_precisions_pass_the_check_for_a_gpu():
     for precision in ("fp32", "bf16", "fp16"):
         check_precision(precision, torch.device("cuda"))
+
+
+@pytest.fixture
+def without_legacy_int8(monkeypatch):
+    """A torch without quantized tensors or fbgemm's quantized ops (as after their announced removal): int8 must
+    pick another kernel. The kernel choice is cached per process, so it is cleared before and after."""
+    import types
+
+    for name in ("quantize_per_channel", "quantize_per_tensor", "_make_per_channel_quantized_tensor"):
+        monkeypatch.delattr(torch, name)
+    monkeypatch.setattr(torch.ops, "quantized", types.SimpleNamespace())
+    monkeypatch.delenv(precision_module.INT8_KERNEL_VARIABLE, raising=False)
+    precision_module._has_kernel.cache_clear()
+    yield monkeypatch
+    precision_module._has_kernel.cache_clear()
+
+
+@pytest.mark.parametrize("hide_onednn", [False, True], ids=["onednn", "dequantized"])
+def test_int8_without_the_legacy_quantized_ops_stays_close_to_fp32(model_files, without_legacy_int8, hide_onednn):
+    """Without torch's quantized tensors int8 runs on oneDNN's kernel (or, without that too, on weights dequantized
+    per product) and keeps the fidelity bar in every layer, and a sentence gives the same vectors alone as in a
+    batch."""
+    if hide_onednn:
+        without_legacy_int8.setattr(torch.ops, "onednn", __import__("types").SimpleNamespace())
+    expected = "dequantized" if hide_onednn else "onednn"
+    assert precision_module.int8_kernel().name == expected
+    text = sentences(40, seed=7)
+    reference = ElmoEmbedder(*model_files).embed_batch(text)
+    ran = []
+    for name, kernel in precision_module.INT8_KERNELS.items():
+        products = kernel.products
+        without_legacy_int8.setattr(kernel, "products", lambda *a, _n=name, _p=products: ran.append(_n) or _p(*a))
+    embedder = at_precision(ElmoEmbedder(*model_files), "int8")
+    reduced = embedder.embed_batch(text)
+    assert set(ran) == {expected}
+    for layer in range(reference[0].shape[0]):
+        cos = cosines(reference, reduced, layer)
+        assert cos.mean() >= MIN_MEAN_COSINE and np.percentile(cos, 1) >= MIN_P1_COSINE, (layer, cos.mean())
+    assert max(float(np.abs(a - b).max()) for a, b in zip(reference, reduced)) > 0  # it did run reduced
+    for i in (0, 13):
+        np.testing.assert_allclose(embedder.embed_sentence(text[i]), reduced[i], atol=1e-5, rtol=0)
+
+
+def test_onednn_int8_products_are_the_exact_integer_sums():
+    """oneDNN's product of uint8 rows (zero point 64) and int8 weights, scales 1, against the integer sums computed
+    here; rows at the extremes 0 and 128 beside weights of +-127 are what would overflow 16-bit pair sums (AVX2)
+    with 8-bit activations."""
+    if not precision_module._has_kernel("onednn"):
+        pytest.skip(f"torch {torch.__version__} has no oneDNN int8 linear here")
+    torch.manual_seed(5)
+    weight = torch.randint(-127, 128, (48, 256), dtype=torch.int8)  # (out, in)
+    weight[:8] = torch.tensor([127, -127], dtype=torch.int8).repeat(128)
+    rows = torch.randint(0, 129, (5, 256), dtype=torch.uint8)
+    rows[0], rows[1] = 128, torch.tensor([128, 0], dtype=torch.uint8).repeat(128)
+    packed = precision_module.OneDnnInt8.pack(weight, torch.ones(48))
+    product = precision_module.OneDnnInt8.product(rows, packed, torch.ones(48), 48)
+    exact = (rows.long() - precision_module.ZERO_POINT) @ weight.long().t()
+    torch.testing.assert_close(product, exact.float(), rtol=0, atol=0)
+
+
+def test_an_unknown_int8_kernel_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv(precision_module.INT8_KERNEL_VARIABLE, "int4")
+    with pytest.raises(ValueError, match="^SPACY_ELMO_INT8_KERNEL must be one of fbgemm, onednn, dequantized, found 'int4'$"):
+        precision_module.int8_kernel()
