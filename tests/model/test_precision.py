@@ -228,13 +228,13 @@ def test_int8_without_the_legacy_quantized_ops_stays_close_to_fp32(model_files, 
     if hide_onednn:
         without_legacy_int8.setattr(torch.ops, "onednn", __import__("types").SimpleNamespace())
     expected = "dequantized" if hide_onednn else "onednn"
-    assert precision_module.int8_kernel().name == expected
+    assert {kernel.name for kernel in precision_module.int8_kernels()} == {expected}
     text = sentences(40, seed=7)
     reference = ElmoEmbedder(*model_files).embed_batch(text)
     ran = []
     for name, kernel in precision_module.INT8_KERNELS.items():
-        products = kernel.products
-        without_legacy_int8.setattr(kernel, "products", lambda *a, _n=name, _p=products: ran.append(_n) or _p(*a))
+        product = kernel.product
+        without_legacy_int8.setattr(kernel, "product", lambda *a, _n=name, _p=product: ran.append(_n) or _p(*a))
     embedder = at_precision(ElmoEmbedder(*model_files), "int8")
     reduced = embedder.embed_batch(text)
     assert set(ran) == {expected}
@@ -257,13 +257,36 @@ def test_onednn_int8_products_are_the_exact_integer_sums():
     weight[:8] = torch.tensor([127, -127], dtype=torch.int8).repeat(128)
     rows = torch.randint(0, 129, (5, 256), dtype=torch.uint8)
     rows[0], rows[1] = 128, torch.tensor([128, 0], dtype=torch.uint8).repeat(128)
-    packed = precision_module.OneDnnInt8.pack(weight, torch.ones(48))
-    product = precision_module.OneDnnInt8.product(rows, packed, torch.ones(48), 48)
+    linear = precision_module.Int8Linear(torch.ones(256, 48), None)
+    linear.weight, linear.scales = weight, torch.ones(48)
+    linear.packed = {"onednn": precision_module.OneDnnInt8.pack(weight, linear.scales)}
+    product = precision_module.OneDnnInt8.product(rows, linear)
     exact = (rows.long() - precision_module.ZERO_POINT) @ weight.long().t()
     torch.testing.assert_close(product, exact.float(), rtol=0, atol=0)
 
 
 def test_an_unknown_int8_kernel_is_refused_in_one_line(monkeypatch):
     monkeypatch.setenv(precision_module.INT8_KERNEL_VARIABLE, "int4")
-    with pytest.raises(ValueError, match="^SPACY_ELMO_INT8_KERNEL must be one of fbgemm, onednn, dequantized, found 'int4'$"):
-        precision_module.int8_kernel()
+    with pytest.raises(ValueError, match="^SPACY_ELMO_INT8_KERNEL must be auto or one of fbgemm, onednn, dequantized, found 'int4'$"):
+        precision_module.int8_kernels()
+
+
+def test_every_int8_kernel_gives_the_same_floats(monkeypatch):
+    """The kernels sum the same rounded rows exactly and scale once, so a call may pick its kernel by its rows
+    (fbgemm for few, oneDNN for many) and a row still gets the same floats alone or in any batch: each kernel
+    against the float64 product of the same integers, and the kernels against each other, bit for bit."""
+    torch.manual_seed(4)
+    weight, x, addend = torch.randn(80, 200), torch.randn(2, 12, 80) * torch.rand(2, 12, 1) * 10, torch.randn(2, 12, 200)
+    present = [name for name in precision_module.INT8_KERNELS if precision_module._has_kernel(name)]
+    results = {}
+    for name in present:
+        monkeypatch.setenv(precision_module.INT8_KERNEL_VARIABLE, name)
+        kernels = [precision_module.Int8Linear(weight * (d + 1), None) for d in range(2)]
+        results[name] = precision_module.stacked_linear(kernels, x, addend)
+        levels = (x / (x.abs().amax(2, keepdim=True) / 63)).round()  # the rounded rows, computed here
+        for d, kernel in enumerate(kernels):
+            sums = levels[d].double() @ kernel.weight.double().t() * kernel.scales.double()
+            exact = addend[d].double() + sums * (x[d].abs().amax(1, keepdim=True).double() / 63)
+            torch.testing.assert_close(results[name][d].double(), exact, rtol=1e-6, atol=1e-6)
+    for name in present[1:]:
+        torch.testing.assert_close(results[name], results[present[0]], rtol=0, atol=0)
