@@ -123,16 +123,16 @@ class FloatLinear(LowPrecisionLinear):
 class Int8Linear(LowPrecisionLinear):
     """Weights in int8 with one scale per output column; activations in int8 with one scale per row.
 
-    ``weight``: ``(out, in)`` int8, ``scales``: ``(out,)`` float32, so that ``weight * scales[:, None]`` is the
-    transposed float weight; what :data:`INT8_KERNELS` multiply, each packing them its own way once."""
+    The weight in int8, ``(out, in)``, and ``scales`` ``(out,)``, so that ``int8 * scales[:, None]`` is the transposed
+    float weight: what :data:`INT8_KERNELS` multiply, each kernel of :func:`int8_kernels` packing them once."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
         super().__init__(weight, bias)
         columns = weight.detach().float().t()  # (out, in), the layout the kernels pack
         self.scales = (columns.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
-        self.weight = torch.round(columns / self.scales[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()
+        levels = torch.round(columns / self.scales[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()
         self.kernels = int8_kernels()
-        self.packed = {kernel.name: kernel.pack(self.weight, self.scales) for kernel in set(self.kernels)}
+        self.packed = {kernel.name: kernel.pack(levels, self.scales) for kernel in set(self.kernels)}
 
     @staticmethod
     def products(
@@ -243,7 +243,7 @@ class DequantizedInt8:
 
     @staticmethod
     def pack(weight: torch.Tensor, scales: torch.Tensor) -> object:
-        return None
+        return weight
 
     @staticmethod
     def rows(levels: torch.Tensor, width: int) -> torch.Tensor:
@@ -251,7 +251,7 @@ class DequantizedInt8:
 
     @staticmethod
     def product(rows: torch.Tensor, linear: "Int8Linear") -> torch.Tensor:
-        return torch.mm(rows, linear.weight.t().float()).mul_(linear.scales)
+        return torch.mm(rows, linear.packed["dequantized"].t().float()).mul_(linear.scales)
 
 
 # The int8 kernels by name, in the order tried where the other is missing.
