@@ -40,7 +40,7 @@ import numpy as np
 from common import PRESETS, header, interleaved, load, load_sentences, pretraining_paused, seeded_model, best_time
 
 ModelFiles = Tuple[Optional[str], Optional[str]]
-MEASURES = ("pipe", "one-doc", "threads8", "embed-batch32", "memory-100k")
+MEASURES = ("pipe", "one-doc", "threads8", "embed-batch1", "embed-batch32", "memory-100k")
 
 
 def model_files(model: str, directory: Path) -> ModelFiles:
@@ -120,16 +120,18 @@ def embed(args: argparse.Namespace) -> None:
     refused = []
     with tempfile.TemporaryDirectory() as tmp:
         files = model_files(args.preset, Path(tmp))
-        for precision in args.precision.split(","):
+        for setting in precision_settings(args.precision, args.int8_kernels):
+            precision = setting.split(" ")[0]
             for cache in cache_sizes:
                 try:
-                    embedder = ElmoEmbedder(*files, initial_state="zeros", cache_size=cache, threads=None,
-                                            cache_words=cache_words[:cache] if cache else None, precision=precision)
+                    with int8_kernel(setting):
+                        embedder = ElmoEmbedder(*files, initial_state="zeros", cache_size=cache, threads=None,
+                                                cache_words=cache_words[:cache] if cache else None, precision=precision)
                 except ValueError as err:  # a precision this CPU refuses
-                    refused.append(f"{precision}: {err}")
+                    refused.append(f"{setting}: {err}")
                     break
                 for batch in batch_sizes:
-                    runs[precision, cache, batch] = lambda e=embedder, b=batch: in_batches(e, sentences, b)
+                    runs[setting, cache, batch] = lambda e=embedder, b=batch: in_batches(e, sentences, b)
     outputs = {key: run() for key, run in runs.items()}  # a warm-up, and the vectors compared
     wall, cpu = interleaved(runs, args.rounds)
     reference = next(iter(outputs.values()))
@@ -137,17 +139,46 @@ def embed(args: argparse.Namespace) -> None:
     print(f"{args.preset}, {args.threads} torch thread(s); {len(sentences)} UD-EWT dev sentences of 5-40 tokens, "
           f"{words:,} words; token cache filled with the most frequent UD-EWT train words; {args.rounds} rounds, "
           f"the settings interleaved; fidelity: top layer against the first setting\n")
-    print("| precision | token cache | batch | words/s (best) | words per CPU-second (best) | x fp32, per-round median "
-          "| top-layer cosine mean / 1st pct |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | --- |")
+    int8_base = next((s for s in precision_settings(args.precision, args.int8_kernels) if " " in s), None)
+    bases = ["fp32"] + ([int8_base] if int8_base else [])
+    print("| precision | token cache | batch | words/s (best) | words per CPU-second (best) | "
+          + " | ".join(f"x {b}, per-round median" for b in bases) + " | top-layer cosine mean / 1st pct |")
+    print("| --- | ---: | --- | ---: | ---: |" + " ---: |" * len(bases) + " --- |")
     for (precision, cache, batch), seconds in cpu.items():
-        base = cpu.get(("fp32", cache, batch))
-        ratio = f"{statistics.median(b / s for b, s in zip(base, seconds)):.2f}" if base else "-"
+        ratios = []
+        for name in bases:
+            base = cpu.get((name, cache, batch))
+            ratios.append(f"{statistics.median(b / s for b, s in zip(base, seconds)):.2f}" if base else "-")
         mean, low = top_layer_fidelity(outputs[precision, cache, batch], reference)
         print(f"| {precision} | {cache:,} | {batch or 'all at once'} | {words / min(wall[precision, cache, batch]):,.0f} "
-              f"| {words / min(seconds):,.0f} | {ratio} | {mean:.5f} / {low:.4f} |")
+              f"| {words / min(seconds):,.0f} | {' | '.join(ratios)} | {mean:.5f} / {low:.4f} |")
     for line in refused:
         print(f"refused: {line}")
+
+
+def precision_settings(precisions: str, int8_kernels: Optional[str]) -> List[str]:
+    """``--precision``'s names, ``int8`` once per kernel of ``--int8-kernels`` (``"int8 onednn"``) when given."""
+    settings = []
+    for precision in precisions.split(","):
+        kernels = int8_kernels.split(",") if precision == "int8" and int8_kernels else [None]
+        settings += [precision if kernel is None else f"{precision} {kernel}" for kernel in kernels]
+    return settings
+
+
+@contextmanager
+def int8_kernel(setting: str) -> Iterator[None]:
+    """The int8 kernel that ``setting`` names (``"int8 onednn"``) for the biLMs made inside: the package reads
+    SPACY_ELMO_INT8_KERNEL when it converts weights to int8; without a name, its own choice."""
+    kernel = setting.split(" ")[1] if " " in setting else None
+    before = os.environ.pop("SPACY_ELMO_INT8_KERNEL", None)
+    if kernel:
+        os.environ["SPACY_ELMO_INT8_KERNEL"] = kernel
+    try:
+        yield
+    finally:
+        os.environ.pop("SPACY_ELMO_INT8_KERNEL", None)
+        if before is not None:
+            os.environ["SPACY_ELMO_INT8_KERNEL"] = before
 
 
 # --- pipeline and training -----------------------------------------------------------------------------------------
@@ -404,7 +435,8 @@ def memory(args: argparse.Namespace) -> None:
 
 def products(args: argparse.Namespace) -> None:
     """A row's cost in each LSTM product of one layer (both directions) by the number of rows that run together: the
-    shapes of ``--preset``, fp32 (``torch.baddbmm``) and int8 (fbgemm's dynamic int8 kernel), plain torch, hot."""
+    shapes of ``--preset``, fp32 (``torch.baddbmm``), int8 on fbgemm's dynamic kernel (quantized tensors) and on
+    oneDNN's (``torch.ops.onednn.qlinear_pointwise``, plain int8 tensors), plain torch, hot; ``--precision``: which."""
     import torch
 
     from spacy_elmo import ElmoOptions
@@ -420,8 +452,8 @@ def products(args: argparse.Namespace) -> None:
     print("| --- | ---: |" + " ---: |" * (len(shapes) + 1))
     torch.manual_seed(0)
     weights = {name: torch.randn(2, k, n) / k**0.5 for name, (k, n) in shapes.items()}
-    for precision in ("fp32", "int8"):
-        for rows in (1, 8, 22, 64):
+    for precision in args.precision.split(","):
+        for rows in map(int, args.rows.split(",")):
             cells, total = [], 0.0
             for name, (k, n) in shapes.items():
                 run = _product(weights[name], rows, precision)
@@ -433,18 +465,29 @@ def products(args: argparse.Namespace) -> None:
 
 
 def _product(weight, rows: int, precision: str) -> Callable[[], object]:
-    """One call of both directions' product of ``rows`` random rows with ``weight`` ``(2, k, n)``."""
+    """One call of both directions' product of ``rows`` random rows with ``weight`` ``(2, k, n)``: ``precision``
+    fp32, ``int8`` (fbgemm) or ``int8-onednn``."""
     import torch
 
     x = torch.randn(2, rows, weight.shape[1])
     if precision == "fp32":
         out, bias = torch.empty(2, rows, weight.shape[2]), torch.zeros(2, 1, weight.shape[2])
         return lambda: torch.baddbmm(bias, x, weight, out=out)
+    columns = weight.transpose(1, 2)
+    scales = (columns.abs().amax(2) / 127).clamp_min(1e-12)
+    levels = (columns / scales[..., None]).round().to(torch.int8)
+    if precision == "int8-onednn":
+        packed = [torch.ops.onednn.qlinear_prepack(w, None) for w in levels]
+        q, zero_points = torch.randint(1, 128, x.shape, dtype=torch.uint8), torch.zeros(len(scales[0]), dtype=torch.int32)
+        linear = torch.ops.onednn.qlinear_pointwise.default
+        return lambda: [linear(q[d], 1.0, 64, packed[d], scales[d], zero_points, None, 1.0, 0, torch.float32, "none", [],
+                               "") for d in range(2)]
     with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated; fbgemm's kernels are what runs
         warnings.simplefilter("ignore", UserWarning)
-        packed = [torch.ops.quantized.linear_prepack(torch.quantize_per_tensor(
-            w.t().contiguous(), w.abs().max().item() / 127, 0, torch.qint8), None) for w in weight]
-    return lambda: [torch.ops.quantized.linear_dynamic(x[d], packed[d]) for d in range(2)]
+        packed = [torch.ops.quantized.linear_prepack(torch._make_per_channel_quantized_tensor(
+            w, s.double(), torch.zeros(len(s), dtype=torch.long), 0), None) for w, s in zip(levels, scales)]
+    linear = torch.ops.quantized.linear_dynamic.default
+    return lambda: [linear(x[d], packed[d], True) for d in range(2)]
 
 
 def floor(args: argparse.Namespace) -> None:
@@ -631,12 +674,12 @@ def measure_one(what: str, files: ModelFiles, precision: str, sentences: int, pa
         doc = nlp(Doc(nlp.vocab, words=words))  # UD-EWT dev's words, repeated: one Doc of exactly 100,000 tokens
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         return {**found, "value": peak, "unit": "MB peak RSS", "tokens": len(doc), "before_mb": before}
-    if what == "embed-batch32":
+    if what.startswith("embed-batch"):
         from spacy_elmo import ElmoEmbedder
 
         batch = load_sentences("ud", "dev", 5, 40, sentences)
         embedder = ElmoEmbedder(*files, precision=precision, threads=1)
-        cpu = best_time(lambda: in_batches(embedder, batch, 32), passes)[1]
+        cpu = best_time(lambda: in_batches(embedder, batch, int(what[len("embed-batch"):])), passes)[1]
         return {**found, "value": sum(map(len, batch)) / cpu, "unit": "words per CPU-second"}
     texts = ud_texts(sentences)
     nlp = elmo_nlp(files, precision)
@@ -711,7 +754,8 @@ def parser() -> argparse.ArgumentParser:
         return p
 
     command("embed", embed, preset="small", precision="fp32", cache_sizes="0", batch_sizes="32", sentences=200,
-            rounds=5, threads=1)
+            rounds=5, threads=1).add_argument(
+        "--int8-kernels", help="int8 once per kernel: fbgemm, onednn, dequantized (default: the package's choice)")
     command("pipeline", pipeline, model="small", precision="fp32,int8", cache_sizes="0,20000", sentences=500,
             earlier_sentences=1500, passes=3)
     command("training", training, model="embedded", sentences=1000, epochs=3)
@@ -723,7 +767,7 @@ def parser() -> argparse.ArgumentParser:
     memory_parser.add_argument("--child", choices=["plain", "zone"], help=argparse.SUPPRESS)
     memory_parser.add_argument("--options", help=argparse.SUPPRESS)
     memory_parser.add_argument("--weights", help=argparse.SUPPRESS)
-    command("products", products, preset="small")
+    command("products", products, preset="small", precision="fp32,int8,int8-onednn", rows="1,8,22,64")
     command("floor", floor, preset="original", sentences=12, rounds=3)
     command("schedule", schedule, model="embedded", rows="1,8,32,128", steps=22, rounds=5)
     measure_parser = command("measure", measure, model="small", precision="fp32", sentences=300, passes=2)

@@ -5,22 +5,29 @@ A :class:`LowPrecisionLinear` computes ``x @ W + b`` from weights converted once
 nonlinearities, the cell state, clipping, residuals, the highway gates) stays in float32.
 
 int8 scales each *row* of the activations on its own, so a sentence's vectors never depend on its batch-mates
-(torch's ``quantize_dynamic`` scales per tensor, i.e. per batch): each row is divided by its largest magnitude,
-two pinning columns of +1 and -1 (inputs whose weights are zero) fix the per-tensor range that fbgemm's dynamic
-kernel derives to exactly [-1, 1] for any number of rows, and the int32 sums are exact whatever the batch. The
-rounding to int8 turns a last-bit difference in a row into a whole int8 step (1e-2 in the result), so what feeds
-these products must not depend on the batch either (:class:`RowExactLinear`). The kernel is torch's fbgemm dynamic
-quantized linear, reached through :class:`Int8Linear` only, so a torch without it can swap in another int8 product in
-one place.
-"""
+(torch's ``quantize_dynamic`` scales per tensor, i.e. per batch): our code rounds each row to integers in
+[-63, 63] (``round(x * 63 / max|x|)``: 7 bits, which cannot overflow the 16-bit pair sums of AVX2's int8
+instructions), the kernel sums them against the int8 weights exactly in int32 and scales the sums by the weight
+columns' scales, and the row's scale ``max|x| / 63`` is applied as the result is written. The rounding turns a
+last-bit difference in a row into a whole int8 step (1e-2 in the result), so what feeds these products must not
+depend on the batch either (:class:`RowExactLinear`).
+
+The int8 weights and their scales are plain tensors that :class:`Int8Linear` keeps. :data:`INT8_KERNELS` multiply
+them: fbgemm's dynamic quantized linear (on the quantized tensors that torch 2.13 marks deprecated), oneDNN's int8
+linear on plain int8 tensors (the kernel torch keeps for its x86 int8 inference) and, where torch has neither, the
+weights dequantized to float32 for each product. All three give the same floats for the same rows (exact integer
+sums, one rounding in the scaling), so a call may pick its kernel by its number of rows (:func:`int8_kernels`):
+fbgemm costs less per call (one-row products), oneDNN runs batches faster on VNNI/AMX CPUs (BENCHMARKS.md)."""
 import functools
+import os
+import types
 import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
 from ..errors import ElmoSettingsError
-from .cpu import native_bf16_cpu
+from .cpu import native_bf16_cpu, vnni_cpu
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
@@ -114,41 +121,170 @@ class FloatLinear(LowPrecisionLinear):
 
 
 class Int8Linear(LowPrecisionLinear):
-    """Weights in int8 with one scale per output column; activations in int8 with one scale per row."""
+    """Weights in int8 with one scale per output column; activations in int8 with one scale per row.
+
+    The weight in int8, ``(out, in)``, and ``scales`` ``(out,)``, so that ``int8 * scales[:, None]`` is the transposed
+    float weight: what :data:`INT8_KERNELS` multiply, each kernel of :func:`int8_kernels` packing them once."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
         super().__init__(weight, bias)
-        columns = weight.detach().float().t()  # (out, in), the layout fbgemm packs
-        scales = (columns.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
-        zero_points = torch.zeros(self.out_features, dtype=torch.long)
-        pinned = torch.cat((columns, columns.new_zeros(self.out_features, len(PINS))), dim=1)  # the pins' weights: 0
-        with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated; the kernel stays
-            warnings.simplefilter("ignore")
-            quantized = torch.quantize_per_channel(pinned, scales, zero_points, 0, torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(quantized, None)
+        columns = weight.detach().float().t()  # (out, in), the layout the kernels pack
+        self.scales = (columns.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
+        levels = torch.round(columns / self.scales[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()
+        self.kernels = int8_kernels()
+        self.packed = {kernel.name: kernel.pack(levels, self.scales) for kernel in set(self.kernels)}
 
     @staticmethod
     def products(
         kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
         out: torch.Tensor, scratch: Optional[Scratch],
     ) -> torch.Tensor:
-        """Every kernel's rows scaled in one pass (one abs-max, one division into a buffer that holds the pinning
-        columns), then one int8 product per kernel, its row scale and shift applied as it is written."""
+        """Every kernel's rows rounded in one pass (into a buffer whose last columns the kernel may use, see
+        :func:`_level_rows`), then one int8 product per kernel, its row scale and shift applied as it is written."""
         stacked, rows, width = x.shape
         if rows == 0:
             return out
-        linear_dynamic = _int8_kernel()
-        magnitude = x.abs().amax(dim=2, keepdim=True).clamp_min_(1e-30)
-        unit = _pinned_rows(x, scratch)
-        torch.div(x, magnitude, out=unit.narrow(2, 0, width))
-        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
-            # reduce_range=True: 7-bit activations, which cannot overflow AVX2's 16-bit pair sums.
-            product = linear_dynamic(unit[d], kernel._packed, True)
+        few, many = kernels[0].kernels  # type: ignore[attr-defined]
+        kernel = few if rows < ONEDNN_ROWS else many
+        magnitude = torch.linalg.vector_norm(x, float("inf"), dim=2, keepdim=True).clamp_min_(1e-30).div_(LEVELS)
+        levels = _level_rows(x, scratch)
+        torch.div(x, magnitude, out=levels.narrow(2, 0, width)).round_()
+        rows_in = kernel.rows(levels, width)
+        for d, (linear, shift) in enumerate(zip(kernels, shifts)):
+            product = kernel.product(rows_in[d], linear)
             if shift is None:
                 torch.mul(product, magnitude[d], out=out[d])
             else:
                 torch.addcmul(shift, product, magnitude[d], out=out[d])
         return out
+
+
+class FbgemmInt8:
+    """fbgemm's dynamic int8 linear on quantized tensors (deprecated in torch 2.13). It quantizes its input itself,
+    per tensor, from the tensor's range: two pinning columns of +63.5 and -63.5 (whose weights are zero) beside the
+    rounded rows fix that range, so that its scale is exactly 1 and its zero point 64 (a 7-bit range, 0 to 127) for
+    any rows, and it takes the rows' integers as they are."""
+
+    name = "fbgemm"
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            ops = (torch.ops.quantized.linear_dynamic.default, torch.ops.quantized.linear_prepack.default,
+                   torch._make_per_channel_quantized_tensor)
+            return all(map(callable, ops)) and "fbgemm" in torch.backends.quantized.supported_engines
+        except (AttributeError, RuntimeError):
+            return False
+
+    @staticmethod
+    def pack(weight: torch.Tensor, scales: torch.Tensor) -> object:
+        pinned = torch.cat((weight, weight.new_zeros(weight.shape[0], len(PINS))), dim=1)  # the pins' weights: 0
+        with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated; the kernel stays
+            warnings.simplefilter("ignore")
+            quantized = torch._make_per_channel_quantized_tensor(
+                pinned, scales.double(), torch.zeros(len(scales), dtype=torch.long), 0
+            )
+            return torch.ops.quantized.linear_prepack(quantized, None)
+
+    @staticmethod
+    def rows(levels: torch.Tensor, width: int) -> torch.Tensor:
+        """What :meth:`product` takes of the rounded rows ``levels`` ``(..., width + 2)``: all, with the pins."""
+        return levels
+
+    @staticmethod
+    def product(rows: torch.Tensor, linear: "Int8Linear") -> torch.Tensor:
+        """``rows @ weight.T * scales`` (float32), the rows as :meth:`rows` gives them."""
+        return _fbgemm_linear()(rows, linear.packed["fbgemm"], True)  # reduce_range: 7 bits
+
+
+class OneDnnInt8:
+    """oneDNN's int8 linear on plain tensors (``torch.ops.onednn.qlinear_pointwise``, what torch's x86 int8
+    inference lowers to), on the rows' integers as uint8 around a zero point of 64 (1 to 127: u8 x s8 pair sums
+    stay within AVX2's 16 bits), the int32 sums scaled by the weight columns' scales in the kernel."""
+
+    name = "onednn"
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            if not torch.backends.mkldnn.is_available():
+                return False
+            weight = torch.tensor([[1, -2], [3, 4]], dtype=torch.int8)
+            linear = types.SimpleNamespace(packed={"onednn": OneDnnInt8.pack(weight, torch.ones(2))},
+                                           scales=torch.ones(2), out_features=2)
+            product = OneDnnInt8.product(OneDnnInt8.rows(torch.tensor([[1.0, -1.0]]), 2), linear)
+            return torch.equal(product, torch.tensor([[3.0, -1.0]]))
+        except (AttributeError, RuntimeError, NotImplementedError):
+            return False
+
+    @staticmethod
+    def pack(weight: torch.Tensor, scales: torch.Tensor) -> object:
+        return torch.ops.onednn.qlinear_prepack(weight, None)
+
+    @staticmethod
+    def rows(levels: torch.Tensor, width: int) -> torch.Tensor:
+        return torch.add(levels.narrow(-1, 0, width), ZERO_POINT).to(torch.uint8)
+
+    @staticmethod
+    def product(rows: torch.Tensor, linear: "Int8Linear") -> torch.Tensor:
+        return _onednn_linear()(rows, 1.0, ZERO_POINT, linear.packed["onednn"], linear.scales,
+                                _zero_points(linear.out_features), None, 1.0, 0, torch.float32, "none", [], "")
+
+
+class DequantizedInt8:
+    """The int8 weights turned into float32 for each product (the floor, for a torch with neither int8 kernel):
+    float32 sums of the same integers, exact while they stay below 2**24, so the same results, slower than fp32."""
+
+    name = "dequantized"
+
+    @staticmethod
+    def available() -> bool:
+        return True
+
+    @staticmethod
+    def pack(weight: torch.Tensor, scales: torch.Tensor) -> object:
+        return weight
+
+    @staticmethod
+    def rows(levels: torch.Tensor, width: int) -> torch.Tensor:
+        return levels.narrow(-1, 0, width)
+
+    @staticmethod
+    def product(rows: torch.Tensor, linear: "Int8Linear") -> torch.Tensor:
+        return torch.mm(rows, linear.packed["dequantized"].t().float()).mul_(linear.scales)
+
+
+# The int8 kernels by name, in the order tried where the other is missing.
+INT8_KERNELS = {kernel.name: kernel for kernel in (FbgemmInt8, OneDnnInt8, DequantizedInt8)}
+# SPACY_ELMO_INT8_KERNEL=<name>: the one int8 kernel to use for every product (benchmarks and tests); unset or
+# "auto", :func:`int8_kernels` chooses by the CPU and the rows.
+INT8_KERNEL_VARIABLE = "SPACY_ELMO_INT8_KERNEL"
+# Products of this many rows or more run on oneDNN where fbgemm is the other choice (measured: BENCHMARKS.md).
+ONEDNN_ROWS = 4
+
+
+def int8_kernels() -> Tuple[type, type]:
+    """The int8 kernels of new :class:`Int8Linear` products: (for fewer than :data:`ONEDNN_ROWS` rows, for more).
+    fbgemm for few rows, oneDNN for more on CPUs with AVX512-VNNI (on AVX2 fbgemm is faster at any rows); without
+    fbgemm oneDNN for all, without both the dequantized weights; :data:`INT8_KERNEL_VARIABLE` names one for all."""
+    chosen = os.environ.get(INT8_KERNEL_VARIABLE, "auto")
+    if chosen != "auto":
+        if chosen not in INT8_KERNELS:
+            raise ElmoSettingsError(
+                f"{INT8_KERNEL_VARIABLE} must be auto or one of {', '.join(INT8_KERNELS)}, found {chosen!r}"
+            )
+        if not _has_kernel(chosen):
+            raise ElmoSettingsError(f"{INT8_KERNEL_VARIABLE}={chosen}: this torch ({torch.__version__}) lacks that kernel")
+        return INT8_KERNELS[chosen], INT8_KERNELS[chosen]
+    present = [kernel for name, kernel in INT8_KERNELS.items() if _has_kernel(name)]
+    if present[0] is FbgemmInt8 and OneDnnInt8 in present and vnni_cpu():
+        return FbgemmInt8, OneDnnInt8
+    return present[0], present[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _has_kernel(name: str) -> bool:
+    return INT8_KERNELS[name].available()
 
 
 class RowExactLinear(LowPrecisionLinear):
@@ -181,21 +317,35 @@ class RowExactLinear(LowPrecisionLinear):
         return out
 
 
-# The pinning columns of every int8 product's scaled rows (see the module docstring).
-PINS = torch.tensor([1.0, -1.0])
+# The rounded rows' range: integers in [-LEVELS, LEVELS]; fbgemm's pinning columns; oneDNN's zero point.
+LEVELS = 63
+PINS = torch.tensor([LEVELS + 0.5, -LEVELS - 0.5])
+ZERO_POINT = 64
 
 
 @functools.lru_cache(maxsize=None)
-def _int8_kernel() -> Callable[..., torch.Tensor]:
+def _fbgemm_linear() -> Callable[..., torch.Tensor]:
     """fbgemm's dynamic int8 linear as one resolved overload: called through ``torch.ops.quantized.linear_dynamic``,
     each call first checks in Python whether its arguments need a Python dispatch (5 us, a fifth of a one-row
     product's time)."""
     return torch.ops.quantized.linear_dynamic.default
 
 
-def _pinned_rows(x: torch.Tensor, scratch: Optional[Scratch]) -> torch.Tensor:
-    """A buffer ``(stacked, rows, width + 2)`` for the scaled rows of ``x`` ``(stacked, rows, width)``, its last
-    two columns the pins: from ``scratch`` when it has one as large (one per width, set up once per call)."""
+@functools.lru_cache(maxsize=None)
+def _onednn_linear() -> Callable[..., torch.Tensor]:
+    """oneDNN's int8 linear as one resolved overload (see :func:`_fbgemm_linear`)."""
+    return torch.ops.onednn.qlinear_pointwise.default
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_points(n: int) -> torch.Tensor:
+    """The weights' zero points for oneDNN: ``n`` zeros, shared by the products of that width."""
+    return torch.zeros(n, dtype=torch.int32)
+
+
+def _level_rows(x: torch.Tensor, scratch: Optional[Scratch]) -> torch.Tensor:
+    """A buffer ``(stacked, rows, width + 2)`` for the rounded rows of ``x`` ``(stacked, rows, width)``, its last
+    two columns fbgemm's pins: from ``scratch`` when it has one as large (one per width, set up once per call)."""
     stacked, rows, width = x.shape
     buffer = None if scratch is None else scratch.get((stacked, width))
     if buffer is None or buffer.shape[1] < rows:

@@ -104,12 +104,13 @@ def test_the_float32_token_projection_beside_int8_gives_a_row_the_same_result_am
 def test_int8_activations_are_scaled_per_row_not_per_batch():
     """A row's product is the same next to a row 1000x larger (a per-tensor scale would flatten it to zeros)."""
     torch.manual_seed(0)
-    linear = precision_module.Int8Linear(torch.randn(64, 32), torch.randn(32))
+    weight, bias = torch.randn(64, 32), torch.randn(32)
+    linear = precision_module.Int8Linear(weight, bias)
     small = torch.randn(1, 64) * 1e-3
     alone = linear(small)
     beside_large = linear(torch.cat((small, torch.randn(1, 64) * 1e3)))[:1]
     torch.testing.assert_close(alone, beside_large, **ROUNDING)  # two kernel calls
-    exact = small @ linear_weight(linear) + linear.bias
+    exact = small @ weight + bias
     assert torch.nn.functional.cosine_similarity(alone, exact).item() > 0.999
 
 
@@ -129,12 +130,6 @@ def test_an_int8_row_gives_the_same_result_alone_and_in_any_batch(rows):
         torch.testing.assert_close(alone, together[:, r : r + 1], rtol=0, atol=rounding)
         for d, kernel in enumerate(kernels):
             torch.testing.assert_close(kernel(x[d, r : r + 1], addend[d, r : r + 1]), alone[d], rtol=0, atol=rounding)
-
-
-def linear_weight(linear: precision_module.Int8Linear) -> torch.Tensor:
-    """The fp32 weight an :class:`Int8Linear` was made from, reconstructed from its packed int8 form."""
-    unpacked, _ = torch.ops.quantized.linear_unpack(linear._packed)
-    return unpacked.dequantize().t()[: linear.in_features]  # without the pinning columns' zero weights
 
 
 @pytest.mark.parametrize("precision", ["int8", "bf16"])
@@ -210,3 +205,92 @@ def test_a_precision_the_device_cannot_run_is_refused(precision, device, message
 def test_gpu_precisions_pass_the_check_for_a_gpu():
     for precision in ("fp32", "bf16", "fp16"):
         check_precision(precision, torch.device("cuda"))
+
+
+@pytest.fixture
+def without_legacy_int8(monkeypatch):
+    """A torch without quantized tensors or fbgemm's quantized ops (as after their announced removal): int8 must
+    pick another kernel. The kernel choice is cached per process, so it is cleared before and after."""
+    import types
+
+    for name in ("quantize_per_channel", "quantize_per_tensor", "_make_per_channel_quantized_tensor"):
+        monkeypatch.delattr(torch, name)
+    monkeypatch.setattr(torch.ops, "quantized", types.SimpleNamespace())
+    monkeypatch.delenv(precision_module.INT8_KERNEL_VARIABLE, raising=False)
+    precision_module._has_kernel.cache_clear()
+    yield monkeypatch
+    precision_module._has_kernel.cache_clear()
+
+
+@pytest.mark.parametrize("hide_onednn", [False, True], ids=["onednn", "dequantized"])
+def test_int8_without_the_legacy_quantized_ops_stays_close_to_fp32(model_files, without_legacy_int8, hide_onednn):
+    """Without torch's quantized tensors int8 runs on oneDNN's kernel (or, without that too, on weights dequantized
+    per product) and keeps the fidelity bar in every layer, and a sentence gives the same vectors alone as in a
+    batch."""
+    if hide_onednn:
+        without_legacy_int8.setattr(torch.ops, "onednn", __import__("types").SimpleNamespace())
+    expected = "dequantized" if hide_onednn else "onednn"
+    assert {kernel.name for kernel in precision_module.int8_kernels()} == {expected}
+    text = sentences(40, seed=7)
+    reference = ElmoEmbedder(*model_files).embed_batch(text)
+    ran = []
+    for name, kernel in precision_module.INT8_KERNELS.items():
+        product = kernel.product
+        without_legacy_int8.setattr(kernel, "product", lambda *a, _n=name, _p=product: ran.append(_n) or _p(*a))
+    embedder = at_precision(ElmoEmbedder(*model_files), "int8")
+    reduced = embedder.embed_batch(text)
+    assert set(ran) == {expected}
+    for layer in range(reference[0].shape[0]):
+        cos = cosines(reference, reduced, layer)
+        assert cos.mean() >= MIN_MEAN_COSINE and np.percentile(cos, 1) >= MIN_P1_COSINE, (layer, cos.mean())
+    assert max(float(np.abs(a - b).max()) for a, b in zip(reference, reduced)) > 0  # it did run reduced
+    for i in (0, 13):
+        np.testing.assert_allclose(embedder.embed_sentence(text[i]), reduced[i], atol=1e-5, rtol=0)
+
+
+def test_onednn_int8_products_are_the_exact_integer_sums():
+    """oneDNN's product of uint8 rows (zero point 64) and int8 weights, scales 1, against the integer sums computed
+    here; rows at the extremes 0 and 128 beside weights of +-127 are what would overflow 16-bit pair sums (AVX2)
+    with 8-bit activations."""
+    if not precision_module._has_kernel("onednn"):
+        pytest.skip(f"torch {torch.__version__} has no oneDNN int8 linear here")
+    torch.manual_seed(5)
+    weight = torch.randint(-127, 128, (48, 256), dtype=torch.int8)  # (out, in)
+    weight[:8] = torch.tensor([127, -127], dtype=torch.int8).repeat(128)
+    rows = torch.randint(0, 129, (5, 256), dtype=torch.uint8)
+    rows[0], rows[1] = 128, torch.tensor([128, 0], dtype=torch.uint8).repeat(128)
+    linear = precision_module.Int8Linear(torch.ones(256, 48), None)
+    linear.scales = torch.ones(48)
+    linear.packed = {"onednn": precision_module.OneDnnInt8.pack(weight, linear.scales)}
+    product = precision_module.OneDnnInt8.product(rows, linear)
+    exact = (rows.long() - precision_module.ZERO_POINT) @ weight.long().t()
+    torch.testing.assert_close(product, exact.float(), rtol=0, atol=0)
+
+
+def test_an_unknown_int8_kernel_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv(precision_module.INT8_KERNEL_VARIABLE, "int4")
+    with pytest.raises(ValueError, match="^SPACY_ELMO_INT8_KERNEL must be auto or one of fbgemm, onednn, dequantized, found 'int4'$"):
+        precision_module.int8_kernels()
+
+
+def test_every_int8_kernel_gives_the_same_floats(monkeypatch):
+    """The kernels sum the same rounded rows exactly and scale once, so a call may pick its kernel by its rows
+    (fbgemm for few, oneDNN for many) and a row still gets the same floats alone or in any batch: each kernel
+    against the float64 product of the same integers, and the kernels against each other, bit for bit."""
+    torch.manual_seed(4)
+    weight, x, addend = torch.randn(80, 200), torch.randn(2, 12, 80) * torch.rand(2, 12, 1) * 10, torch.randn(2, 12, 200)
+    present = [name for name in precision_module.INT8_KERNELS if precision_module._has_kernel(name)]
+    results = {}
+    for name in present:
+        monkeypatch.setenv(precision_module.INT8_KERNEL_VARIABLE, name)
+        kernels = [precision_module.Int8Linear(weight * (d + 1), None) for d in range(2)]
+        results[name] = precision_module.stacked_linear(kernels, x, addend)
+        levels = (x / (x.abs().amax(2, keepdim=True) / 63)).round()  # the rounded rows, computed here
+        for d in range(2):
+            columns = weight.t() * (d + 1)
+            scales = columns.abs().amax(1) / 127  # the int8 weights, derived here
+            sums = levels[d].double() @ (columns / scales[:, None]).round().double().t() * scales.double()
+            exact = addend[d].double() + sums * (x[d].abs().amax(1, keepdim=True).double() / 63)
+            torch.testing.assert_close(results[name][d].double(), exact, rtol=1e-6, atol=1e-6)
+    for name in present[1:]:
+        torch.testing.assert_close(results[name], results[present[0]], rtol=0, atol=0)
