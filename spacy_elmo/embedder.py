@@ -15,11 +15,10 @@ from spacy.tokens import Doc, Span, Token
 from .model.encoder import ElmoEncoder
 from .model.options import ElmoOptions
 from .runtime import BiLmSettings, ElmoRuntime
+from .runtime.settings import DEFAULTS
 from .util.chunks import chunked
 from .util.files import PathLike
 
-# ElmoEmbedder's defaults are the runtime's (its token cache is off by default: cache_size 0).
-DEFAULTS = BiLmSettings()
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
 Sentence = Union[Sequence[str], Sequence[Token], Doc, Span]

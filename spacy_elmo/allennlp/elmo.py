@@ -19,6 +19,7 @@ from ..model.encoder import ElmoEncoder
 from .scalar_mix import ScalarMix
 from ..util.files import PathLike
 from ..runtime import BiLmSettings
+from ..runtime.settings import ALLENNLP, settings_in
 from ..sources.load import load_encoder
 
 # AllenNLP's fixed token width: every token is 50 character ids (its bytes cut to 48, framed, padded).
@@ -26,7 +27,7 @@ MAX_CHARACTERS = 50
 # AllenNLP's behaviour: each batch row continues the LSTM state of the same row of the call before.
 ALLENNLP_SETTINGS = BiLmSettings(stateful=True)
 # The settings ``ElmoBiLm``, ``Elmo`` and ``ElmoEmbedder`` take beyond AllenNLP's arguments (see BiLmSettings).
-EXTRA_SETTINGS = ("stateful", "initial_state", "precision")
+EXTRA_SETTINGS = settings_in(ALLENNLP)
 
 # AllenNLP's name for a setting that cannot work; ``except ConfigurationError`` catches this package's.
 ConfigurationError = ElmoSettingsError

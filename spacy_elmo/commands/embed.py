@@ -30,6 +30,7 @@ from ..errors import ElmoError, ElmoSettingsError, EmbedError
 from ..model.fixed_mix import fixed_mix_weights
 from ..model.precision import check_precision
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
+from ..runtime.settings import DEFAULTS, embed_options
 from ..sources.resolve import model_files
 from ..util.files import PathLike
 from ..util.text import Tokenizer, make_tokenizer, open_text
@@ -40,17 +41,10 @@ FORMAT = "spacy-elmo-embeddings/1"
 
 
 # embed's options that set the biLM, and the setting each gives: an error of a setting is reported as its option's.
-BILM_OPTIONS = {
-    "--options": "options_file",
-    "--weights": "weight_file",
-    "--lang": "lang",
-    "--initial-state": "initial_state",
-    "--max-tokens": "max_sentence_tokens",
-    "--precision": "precision",
-}
+BILM_OPTIONS = embed_options()
 MODEL_FILE_OPTIONS = ("--options", "--weights")  # checked as a pair: one alone is either a model's name or an error
 # The biLM settings that change the numbers written, besides its files (recorded, and compared on resume).
-RECORDED_BILM_SETTINGS = ("lang", "initial_state", "max_sentence_tokens", "precision")
+RECORDED_BILM_SETTINGS = tuple(name for option, name in BILM_OPTIONS.items() if option not in MODEL_FILE_OPTIONS)
 
 
 def bilm_settings(options: Mapping[str, Any]) -> BiLmSettings:
@@ -60,7 +54,7 @@ def bilm_settings(options: Mapping[str, Any]) -> BiLmSettings:
     files = [option for option in MODEL_FILE_OPTIONS if option in given]
     steps = [("/".join(files), files)] if files else []
     steps += [(option, [option]) for option in given if option not in MODEL_FILE_OPTIONS]
-    settings = BiLmSettings()
+    settings = DEFAULTS
     for name, step in steps:
         try:
             settings = settings.replace(**{BILM_OPTIONS[option]: given[option] for option in step})
@@ -83,7 +77,7 @@ class EmbedSettings:
     shard: which of the input's lines are embedded.
     """
 
-    bilm: BiLmSettings = BiLmSettings()
+    bilm: BiLmSettings = DEFAULTS
     layers: str = "all"
     mix_weights: Optional[Tuple[float, ...]] = None
     gamma: float = 1.0

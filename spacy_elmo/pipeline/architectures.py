@@ -8,7 +8,7 @@ LSTMs start (``initial_state``, ``stateful``), how much goes through the biLM at
 how many token vectors it keeps (``cache_size``). spaCy's config validation checks their types and values;
 the block becomes one :class:`~spacy_elmo.runtime.BiLmSettings`, owned by the model's :class:`ElmoShim`, which
 the model's owner completes with what is its own (:data:`OWNER_SETTINGS` and ``lang``) through
-:func:`configure_bilm_model`.
+:func:`configure_bilm_model`. Which settings are whose is declared in ``runtime/settings.py``.
 
 The biLM itself is an :class:`~spacy_elmo.runtime.ElmoRuntime` built by the shim from those settings, loaded lazily:
 by ``initialize()``, by ``from_bytes`` / ``from_disk``, or on the first call. Each Doc is cut into windows
@@ -23,7 +23,7 @@ and keeps working on its own.
 import contextlib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -33,39 +33,31 @@ from thinc.types import Floats3d, FloatsXd
 
 from ..errors import ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
-from ..runtime.settings import DEFAULT_PIPELINE_CACHE_SIZE
+from ..runtime.settings import BILM_BLOCK, COMPONENT, EMBEDDING, PIPELINE_DEFAULTS, settings_in
 from ..sources.download import resolve_model
 from ..util.windows import join_windows, windows_per_sequence
-from .config_types import CacheSize, ModelSource, TokenCount, unknown_setting_error
+from .config_types import CacheSize, InitialState, ModelSource, Precision, TokenCount, unknown_setting_error
 from .doc_windows import doc_windows, window_words
 from .elmo_shim import ElmoShim
 from .layer_cache import LayerCache
 
 ARCHITECTURE = "spacy_elmo.ElmoBiLm.v2"
 # The settings an ``ElmoBiLm.v2`` block takes (the rest of BiLmSettings is the owner's).
-BILM_SETTINGS = (
-    "options_file",
-    "weight_file",
-    "initial_state",
-    "stateful",
-    "max_batch_tokens",
-    "max_sentence_tokens",
-    "precision",
-    "cache_size",
-)
+BILM_SETTINGS = settings_in(BILM_BLOCK)
 # The settings the owner of an ``ElmoBiLm.v2`` model gives it, as its own config keys (the ``elmo`` component's,
 # ``ElmoEmbedding.v2``'s); with ``lang`` (the pipeline's language) they complete its BiLmSettings.
-OWNER_SETTINGS = ("frozen", "threads", "batch_requests", "batch_wait_ms", "shared_batch_tokens")
+OWNER_SETTINGS = settings_in(COMPONENT)
 # The model attrs in which version 0.2 kept the settings, saved with the weights: a model read from bytes drops them.
-LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
+LEGACY_SETTING_ATTRS = (
+    "options_file", "weight_file", "initial_state", "stateful", "max_batch_tokens", "max_sentence_tokens",
+    "precision", "cache_size", "frozen", "lang",
+)
 LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
 DEFAULT_MODEL = {"@architectures": ARCHITECTURE}  # the config block of the default biLM model
 # The fixed mix a prediction gives instead of the layers, in this thread (:func:`fixed_mix_output`).
 _FIXED_MIX: "ContextVar[Optional[MixWeights]]" = ContextVar("elmo_fixed_mix", default=None)
-DEFAULTS = BiLmSettings()
-InitialState = Literal["auto", "zeros", "warm"]
-Precision = Literal["fp32", "bf16", "int8", "fp16"]
+DEFAULTS = PIPELINE_DEFAULTS
 
 
 @registry.architectures(ARCHITECTURE)
@@ -77,7 +69,7 @@ def build_bilm_model_v2(
     max_batch_tokens: TokenCount = DEFAULTS.max_batch_tokens,
     max_sentence_tokens: TokenCount = DEFAULTS.max_sentence_tokens,
     precision: Precision = DEFAULTS.precision,
-    cache_size: CacheSize = DEFAULT_PIPELINE_CACHE_SIZE,
+    cache_size: CacheSize = DEFAULTS.cache_size,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM network of the ``elmo`` component.
 
@@ -93,7 +85,16 @@ def build_bilm_model_v2(
     cache_size: context-free token vectors kept, so frequent words skip the char CNN (0: none); the same vectors up to
         float32 rounding.
     """
-    settings = BiLmSettings(**locals())  # every parameter is a setting of the same name
+    settings = BiLmSettings(
+        options_file=options_file,
+        weight_file=weight_file,
+        initial_state=initial_state,
+        stateful=stateful,
+        max_batch_tokens=max_batch_tokens,
+        max_sentence_tokens=max_sentence_tokens,
+        precision=precision,
+        cache_size=cache_size,
+    )
     return Model(
         "elmo_bilm",
         forward,
@@ -143,8 +144,8 @@ def bilm_config(settings: BiLmSettings) -> Dict[str, Any]:
 
 
 def owner_config(settings: BiLmSettings) -> Dict[str, Any]:
-    """The owner's part of ``settings`` (:data:`OWNER_SETTINGS` and ``lang``), as config keys."""
-    return {key: getattr(settings, key) for key in (*OWNER_SETTINGS, "lang")}
+    """The owner's part of ``settings`` (``ElmoEmbedding.v2``'s keys: :data:`OWNER_SETTINGS` and ``lang``)."""
+    return {key: getattr(settings, key) for key in settings_in(EMBEDDING)}
 
 
 def layer_cache(model: Model) -> LayerCache:

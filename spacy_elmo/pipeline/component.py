@@ -80,9 +80,22 @@ def make_elmo(
     published model (``config={"model": "original"}``, ``python -m spacy_elmo list``): the default
     architecture with that model's files.
     """
-    settings = dict(locals())  # every setting is a parameter of the same name, passed on as it is
-    del settings["nlp"], settings["name"], settings["model"]
-    return Elmo(nlp.vocab, published_bilm_model(model) if isinstance(model, str) else model, name, **settings)
+    return Elmo(
+        nlp.vocab,
+        published_bilm_model(model) if isinstance(model, str) else model,
+        name,
+        mix=mix,
+        store_vectors=store_vectors,
+        store_layers=store_layers,
+        set_tensor=set_tensor,
+        vector_hooks=vector_hooks,
+        train_cache_mb=train_cache_mb,
+        frozen=frozen,
+        threads=threads,
+        batch_requests=batch_requests,
+        batch_wait_ms=batch_wait_ms,
+        shared_batch_tokens=shared_batch_tokens,
+    )
 
 
 class Elmo(TrainablePipe):

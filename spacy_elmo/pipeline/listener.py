@@ -35,16 +35,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..errors import ElmoListenerWarning, ElmoPipelineError, LayersAlreadyReadError
 from ..runtime import BiLmSettings
-from .architectures import (
-    DEFAULTS,
-    OWNER_SETTINGS,
-    bilm_config,
-    configure_bilm_model,
-    doc_layers,
-    frozen_backprop,
-    owner_config,
-    runtime_of,
-)
+from .architectures import DEFAULTS, bilm_config, configure_bilm_model, doc_layers, frozen_backprop, owner_config, runtime_of
 from .config_types import DropoutRate, Penalty, Threads, TokenCount, WaitMilliseconds, config_error
 from .handoff import ALREADY_READ, LayerHandoff
 from .listener_mix import build_listener_mix
@@ -366,8 +357,15 @@ def build_elmo_embedding_v2(
     batch_wait_ms, shared_batch_tokens: how the biLM serves calls, as for the ``elmo`` component whose biLM this
     was. The rest as in ``ElmoListener.v1``.
     """
-    arguments = locals()  # the owner's settings are parameters of the same name
-    configure_bilm_model(bilm, **{key: arguments[key] for key in (*OWNER_SETTINGS, "lang")})
+    configure_bilm_model(
+        bilm,
+        frozen=frozen,
+        lang=lang,
+        threads=threads,
+        batch_requests=batch_requests,
+        batch_wait_ms=batch_wait_ms,
+        shared_batch_tokens=shared_batch_tokens,
+    )
     return _mix_head(bilm, layer_norm, dropout, l2, embed)
 
 

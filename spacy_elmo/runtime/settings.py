@@ -1,10 +1,13 @@
-"""The settings of a running biLM, as one frozen value checked once, when it is made.
+"""The settings of a running biLM, as one frozen value checked once, when it is made, and the one table of them.
 
 :class:`BiLmSettings` is what every entry point gives the runtime: ``ElmoEmbedder``'s arguments, the ``elmo``
-component's config (its ``spacy_elmo.ElmoBiLm.v2`` block and its own ``frozen`` / ``threads`` / ``batch_requests``
-/ ``batch_wait_ms`` / ``shared_batch_tokens``) and the ``embed`` command's options all become one of these. A changed
-setting is a new value (:meth:`BiLmSettings.replace`), which the runtime compares with the one it runs to apply only
-what changed.
+component's config (its ``spacy_elmo.ElmoBiLm.v2`` block and its own keys), ``spacy_elmo.ElmoEmbedding.v2``'s, the
+``embed`` command's options and the keywords of the AllenNLP classes all become one of these. A changed setting is a
+new value (:meth:`BiLmSettings.replace`), which the runtime compares with the one it runs to apply only what changed.
+
+Each field is a setting's one declaration (:func:`setting`): its type, its default, its check and the places that
+take it (:data:`PLACES`); those places derive their names from here (:func:`settings_in`), and their signatures'
+defaults are these (the spaCy pipeline's: :data:`PIPELINE_DEFAULTS`), which tests/runtime/test_settings.py checks.
 
 The defaults here are the only ones, but for the token cache's: a runtime keeps none unless asked
 (``cache_size`` 0: ``ElmoEmbedder`` and ``embed`` compute every token's vector), while the spaCy pipeline's biLM
@@ -12,9 +15,10 @@ The defaults here are the only ones, but for the token cache's: a runtime keeps 
 """
 import dataclasses
 import difflib
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from ..errors import ElmoSettingsError
 from ..model.batch_cost import DEFAULT_MAX_BATCH_TOKENS
@@ -36,6 +40,17 @@ DEFAULT_SHARED_BATCH_TOKENS = 512
 # Token vectors the spaCy pipeline's biLM keeps by default: 10 MB for the 128-wide models (40 MB for `original`'s 512),
 # more word types than UD-EWT's whole training set holds (19,674); BENCHMARKS.md measures what the cache gains.
 DEFAULT_PIPELINE_CACHE_SIZE = 20_000
+
+# Where settings are given (a setting's ``places``): the keys of a config block, or a function's keywords.
+BILM_BLOCK = "bilm"  # the ``spacy_elmo.ElmoBiLm.v2`` block
+COMPONENT = "component"  # the ``elmo`` component's own keys, which complete its model's (the biLM's owner)
+EMBEDDING = "embedding"  # ``spacy_elmo.ElmoEmbedding.v2``: a component's own biLM, what replace_listeners makes
+EMBEDDER = "embedder"  # ``ElmoEmbedder``'s keywords
+EMBED = "embed"  # the ``embed`` command's options (each a setting's ``option``)
+ALLENNLP = "allennlp"  # the keywords AllenNLP's ``Elmo``, ``ElmoBiLm`` and 0.9's ``ElmoEmbedder`` take beyond its own
+PLACES = (BILM_BLOCK, COMPONENT, EMBEDDING, EMBEDDER, EMBED, ALLENNLP)
+
+T = TypeVar("T")
 
 
 def check_token_count(value: Any, name: str = "a number of tokens") -> None:
@@ -60,6 +75,14 @@ def _path_text(value: Any) -> Optional[str]:
     return None if value is None else str(value) if isinstance(value, Path) else value
 
 
+def setting(
+    default: T, *places: str, check: Optional[Callable[[Any], None]] = None, option: Optional[str] = None
+) -> T:
+    """A field of :class:`BiLmSettings`: its ``default``, the ``places`` that take it, the ``check`` of its value
+    alone (run once, when a value is made) and, when the ``embed`` command takes it, its ``option``."""
+    return field(default=default, metadata={"places": places, "check": check, "option": option})
+
+
 @dataclass(frozen=True)
 class BiLmSettings:
     """Which biLM runs, and how.
@@ -82,33 +105,40 @@ class BiLmSettings:
         2 s after (``util/batch_planner.py``), then grows back to ``max_batch_tokens``.
     """
 
-    options_file: Optional[str] = None
-    weight_file: Optional[str] = None
-    lang: str = DEFAULT_LANG
-    initial_state: str = DEFAULT_INITIAL_STATE
-    stateful: bool = False
-    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
-    max_sentence_tokens: int = DEFAULT_MAX_SENTENCE_TOKENS
-    precision: str = DEFAULT_PRECISION
-    cache_size: int = 0
-    frozen: bool = True
-    threads: Optional[int] = DEFAULT_THREADS
-    batch_requests: bool = True
-    batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS
-    shared_batch_tokens: int = DEFAULT_SHARED_BATCH_TOKENS
+    options_file: Optional[str] = setting(None, BILM_BLOCK, EMBEDDER, EMBED, option="--options")
+    weight_file: Optional[str] = setting(None, BILM_BLOCK, EMBEDDER, EMBED, option="--weights")
+    lang: str = setting(DEFAULT_LANG, EMBEDDING, EMBEDDER, EMBED, option="--lang")
+    initial_state: str = setting(
+        DEFAULT_INITIAL_STATE, BILM_BLOCK, EMBEDDER, EMBED, ALLENNLP, check=check_initial_state, option="--initial-state"
+    )
+    stateful: bool = setting(False, BILM_BLOCK, EMBEDDER, ALLENNLP)
+    max_batch_tokens: int = setting(
+        DEFAULT_MAX_BATCH_TOKENS, BILM_BLOCK, EMBEDDER, check=functools.partial(check_token_count, name="max_batch_tokens")
+    )
+    max_sentence_tokens: int = setting(
+        DEFAULT_MAX_SENTENCE_TOKENS, BILM_BLOCK, EMBED, option="--max-tokens",
+        check=functools.partial(check_token_count, name="max_sentence_tokens"),
+    )
+    precision: str = setting(
+        DEFAULT_PRECISION, BILM_BLOCK, EMBEDDER, EMBED, ALLENNLP, check=check_precision_name, option="--precision"
+    )
+    cache_size: int = setting(0, BILM_BLOCK, EMBEDDER, check=check_cache_size)
+    frozen: bool = setting(True, COMPONENT, EMBEDDING)
+    threads: Optional[int] = setting(DEFAULT_THREADS, COMPONENT, EMBEDDING, EMBEDDER, check=check_threads)
+    batch_requests: bool = setting(True, COMPONENT, EMBEDDING, EMBEDDER)
+    batch_wait_ms: float = setting(DEFAULT_BATCH_WAIT_MS, COMPONENT, EMBEDDING, EMBEDDER, check=check_wait_ms)
+    shared_batch_tokens: int = setting(
+        DEFAULT_SHARED_BATCH_TOKENS, COMPONENT, EMBEDDING, EMBEDDER,
+        check=functools.partial(check_token_count, name="shared_batch_tokens"),
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options_file", _path_text(self.options_file))
         object.__setattr__(self, "weight_file", _path_text(self.weight_file))
         check_model_files(self.options_file, self.weight_file)
-        check_initial_state(self.initial_state)
-        check_token_count(self.max_batch_tokens, "max_batch_tokens")
-        check_token_count(self.max_sentence_tokens, "max_sentence_tokens")
-        check_token_count(self.shared_batch_tokens, "shared_batch_tokens")
-        check_precision_name(self.precision)
-        check_cache_size(self.cache_size)
-        check_threads(self.threads)
-        check_wait_ms(self.batch_wait_ms)
+        for item in dataclasses.fields(self):
+            if item.metadata["check"] is not None:
+                item.metadata["check"](getattr(self, item.name))
         if self.precision != DEFAULT_PRECISION and not self.frozen:
             raise ElmoSettingsError(
                 f"precision {self.precision!r} is for a frozen biLM: fine-tuning (frozen = false) trains fp32 "
@@ -123,3 +153,18 @@ class BiLmSettings:
             hint = f"did you mean {guess[0]!r}?" if guess else f"known: {', '.join(known)}"
             raise ElmoSettingsError(f"Unknown ELMo biLM setting {key!r}; {hint}")
         return dataclasses.replace(self, **changes)
+
+
+# The settings of a biLM when none is given; in a spaCy pipeline, with a token cache.
+DEFAULTS = BiLmSettings()
+PIPELINE_DEFAULTS = DEFAULTS.replace(cache_size=DEFAULT_PIPELINE_CACHE_SIZE)
+
+
+def settings_in(place: str) -> Tuple[str, ...]:
+    """The names of the settings ``place`` (one of :data:`PLACES`) takes, in :class:`BiLmSettings`' order."""
+    return tuple(item.name for item in dataclasses.fields(BiLmSettings) if place in item.metadata["places"])
+
+
+def embed_options() -> Dict[str, str]:
+    """The ``embed`` command's options that set the biLM, and the setting each gives (``{"--lang": "lang", ...}``)."""
+    return {item.metadata["option"]: item.name for item in dataclasses.fields(BiLmSettings) if item.metadata["option"]}
