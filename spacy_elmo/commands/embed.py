@@ -21,16 +21,15 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
-import torch
 from spacy.util import minibatch
 from tqdm import tqdm
 
 from .embed_job import Shard, check_input, check_output, resolve_device
 from ..errors import ElmoError, ElmoSettingsError, EmbedError
 from ..model.fixed_mix import fixed_mix_weights
-from ..model.precision import check_precision
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from ..runtime.settings import DEFAULTS, embed_options
+from ..sources.load import load_encoder
 from ..sources.resolve import model_files
 from ..util.files import PathLike
 from ..util.text import Tokenizer, make_tokenizer, open_text
@@ -123,15 +122,15 @@ class EmbedSettings:
     def load_runtime(self, device: str) -> ElmoRuntime:
         """The biLM these settings name, read and verified on ``device``.
 
-        Called before the output is created: a wrong ``--options``/``--weights`` path or a damaged file then leaves
-        nothing behind (a stub would record the wrong settings and refuse the corrected rerun).
+        Called before the output is created: a wrong ``--options``/``--weights`` path, a damaged file or a precision
+        the device cannot run then leaves nothing behind (a stub would record the wrong settings and refuse the
+        corrected rerun).
         """
-        device = resolve_device(device)
+        encoder = load_encoder(self.bilm.options_file, self.bilm.weight_file, self.bilm.lang, resolve_device(device))
         try:
-            check_precision(self.bilm.precision, torch.device(device))
-        except ElmoSettingsError as err:  # a precision this device cannot run
+            return ElmoRuntime(encoder, self.bilm)
+        except ElmoSettingsError as err:  # the one setting a runtime checks against its device
             raise EmbedError(f"--precision: {err}") from None
-        return ElmoRuntime.load(self.bilm, device)
 
     def tokenizer(self) -> Tokenizer:
         return str.split if self.whitespace else make_tokenizer(self.bilm.lang)

@@ -13,12 +13,13 @@ The defaults here are the only ones, but for the token cache's: a runtime keeps 
 (``cache_size`` 0: ``ElmoEmbedder`` and ``embed`` compute every token's vector), while the spaCy pipeline's biLM
 (``spacy_elmo.ElmoBiLm.v2``) keeps :data:`DEFAULT_PIPELINE_CACHE_SIZE`, whose reasons are below.
 """
+import copy
 import dataclasses
 import difflib
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, TypeVar
 
 from ..errors import ElmoSettingsError
 from ..model.batch_cost import DEFAULT_MAX_BATCH_TOKENS
@@ -133,26 +134,38 @@ class BiLmSettings:
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "options_file", _path_text(self.options_file))
-        object.__setattr__(self, "weight_file", _path_text(self.weight_file))
-        check_model_files(self.options_file, self.weight_file)
+        self._settle([item.name for item in dataclasses.fields(self)])
+
+    def _settle(self, names: Iterable[str]) -> None:
+        """Make the file paths text and run the checks of the settings ``names``, the others' being checked already,
+        then those of settings together that involve one of them."""
+        names = set(names)
         for item in dataclasses.fields(self):
-            if item.metadata["check"] is not None:
+            if item.name in names and item.name in ("options_file", "weight_file"):
+                object.__setattr__(self, item.name, _path_text(getattr(self, item.name)))
+            if item.name in names and item.metadata["check"] is not None:
                 item.metadata["check"](getattr(self, item.name))
-        if self.precision != DEFAULT_PRECISION and not self.frozen:
+        if names & {"options_file", "weight_file"}:
+            check_model_files(self.options_file, self.weight_file)
+        if names & {"precision", "frozen"} and self.precision != DEFAULT_PRECISION and not self.frozen:
             raise ElmoSettingsError(
                 f"precision {self.precision!r} is for a frozen biLM: fine-tuning (frozen = false) trains fp32 "
                 f"weights. Set precision = \"fp32\" to fine-tune, or frozen = true"
             )
 
     def replace(self, **changes: Any) -> "BiLmSettings":
-        """These settings with ``changes`` (checked); unknown names are an error naming the known ones."""
+        """These settings with ``changes``, of which only the changes are checked; unknown names are an error naming
+        the known ones."""
         known = [field.name for field in dataclasses.fields(self)]
         for key in sorted(set(changes) - set(known)):
             guess = difflib.get_close_matches(key, known, n=1)
             hint = f"did you mean {guess[0]!r}?" if guess else f"known: {', '.join(known)}"
             raise ElmoSettingsError(f"Unknown ELMo biLM setting {key!r}; {hint}")
-        return dataclasses.replace(self, **changes)
+        changed = copy.copy(self)
+        for key, value in changes.items():
+            object.__setattr__(changed, key, value)
+        changed._settle(changes)
+        return changed
 
 
 # The settings of a biLM when none is given; in a spaCy pipeline, with a token cache.
