@@ -21,6 +21,7 @@ over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``
 and keeps working on its own.
 """
 import contextlib
+import functools
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -31,7 +32,7 @@ from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats3d, FloatsXd
 
-from ..errors import ElmoSettingsError, ElmoWeightsError
+from ..errors import ElmoPipelineError, ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from ..runtime.settings import BILM_BLOCK, COMPONENT, EMBEDDING, PIPELINE_DEFAULTS, settings_in
 from ..sources.download import resolve_model
@@ -95,7 +96,7 @@ def build_bilm_model_v2(
         precision=precision,
         cache_size=cache_size,
     )
-    return Model(
+    model = Model(
         "elmo_bilm",
         forward,
         init=init,
@@ -103,6 +104,8 @@ def build_bilm_model_v2(
         dims={"nO": None, "nL": None},
         attrs={LAYER_CACHE: LayerCache(0)},
     )
+    offer_replace_listeners(model)
+    return model
 
 
 def published_bilm_model(name: str) -> Model[List[Doc], List[Floats3d]]:
@@ -122,12 +125,50 @@ def bilm_settings(model: Model) -> BiLmSettings:
 
 
 def configure_bilm_model(model: Model, **changes: Any) -> None:
-    """Change some of the model's settings (checked); a loaded biLM applies what changed at once.
+    """Change some of the model's settings (checked); a loaded biLM applies what changed at once, and what
+    ``replace_listeners`` makes of a listener of the model follows (:func:`offer_replace_listeners`).
 
     New files are read by :func:`load_bilm_weights` (``initialize``), not here: a loaded pipeline names the files it
     was trained from, which need not exist where it runs.
     """
     _shim(model).configure(**changes)
+    offer_replace_listeners(model)
+
+
+def offer_replace_listeners(model: Model) -> None:
+    """Give ``Language.replace_listeners`` what it needs to swap a listener of ``model`` (the biLM model of an
+    ``elmo`` component) for a copy of it, with the model's settings as they stand: called whenever they change."""
+    model.attrs["replace_listener"] = replace_listener
+    model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, bilm_settings(model))
+
+
+def replace_listener(bilm_copy: Model, listener: Model, pipe: Any) -> Model:
+    """``Language.replace_listeners`` hook: the listener node becomes the copy of the component's biLM model."""
+    return bilm_copy
+
+
+def replace_listener_cfg(
+    settings: BiLmSettings, component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]
+) -> Dict:
+    """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` block as ``ElmoEmbedding.v2``.
+
+    ``settings`` are the component's biLM model's settings as they stand (bound by :func:`offer_replace_listeners`
+    whenever they change), so a path given to ``initialize`` reaches the new block's ``bilm``, and the component's
+    own settings (``frozen``, ``threads``...) the new block's.
+    """
+    if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
+        raise ElmoPipelineError(
+            f"replace_listeners: expected a 'spacy_elmo.ElmoListener.v1' block, found {listener_cfg.get('@architectures')!r}"
+        )
+    new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}
+    new_cfg.update(
+        {
+            "@architectures": "spacy_elmo.ElmoEmbedding.v2",
+            "bilm": {"@architectures": ARCHITECTURE, **{key: getattr(settings, key) for key in BILM_SETTINGS}},
+            **{key: getattr(settings, key) for key in settings_in(EMBEDDING)},
+        }
+    )
+    return new_cfg
 
 
 def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) -> None:
@@ -136,16 +177,6 @@ def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) ->
     for key in keys:
         if key not in OWNER_SETTINGS:
             raise unknown_setting_error(key, owner, own, BILM_SETTINGS, ARCHITECTURE)
-
-
-def bilm_config(settings: BiLmSettings) -> Dict[str, Any]:
-    """The ``ElmoBiLm.v2`` config block of a model with ``settings``."""
-    return {"@architectures": ARCHITECTURE, **{key: getattr(settings, key) for key in BILM_SETTINGS}}
-
-
-def owner_config(settings: BiLmSettings) -> Dict[str, Any]:
-    """The owner's part of ``settings`` (``ElmoEmbedding.v2``'s keys: :data:`OWNER_SETTINGS` and ``lang``)."""
-    return {key: getattr(settings, key) for key in settings_in(EMBEDDING)}
 
 
 def layer_cache(model: Model) -> LayerCache:
