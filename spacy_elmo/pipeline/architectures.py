@@ -72,19 +72,9 @@ def build_bilm_model_v2(
     precision: Precision = DEFAULTS.precision,
     cache_size: CacheSize = DEFAULTS.cache_size,
 ) -> Model[List[Doc], List[Floats3d]]:
-    """The biLM network of the ``elmo`` component.
+    """The biLM network of the ``elmo`` component, with the settings of its block (docs/api.md describes each).
 
-    options_file, weight_file: AllenNLP/bilm-tf ``options.json`` and weights ``.hdf5``; both None
-        means the model embedded in spacy-elmo for the pipeline's language. Read by
-        ``initialize()``, else on first use; a saved pipeline carries the weights.
-    initial_state, stateful: where each sequence's LSTMs start, as for ``ElmoEmbedder``.
-    max_batch_tokens: padded tokens per biLM batch.
-    max_sentence_tokens: longest biLM input; longer sentences (or Docs without sentence
-        boundaries) are cut into windows of this many tokens.
-    precision: the biLM's matrix products, as for ``ElmoEmbedder``: "fp32" (exact), "int8", "bf16"
-        (CPUs with native bf16), "fp16" (GPUs). Inference only: a biLM that is fine-tuned runs in fp32.
-    cache_size: context-free token vectors kept, so frequent words skip the char CNN (0: none); the same vectors up to
-        float32 rounding.
+    The files are read by ``initialize()``, else on first use; a saved pipeline carries the weights.
     """
     settings = BiLmSettings(
         options_file=options_file,

@@ -348,12 +348,9 @@ def build_elmo_embedding_v2(
     batch_wait_ms: WaitMilliseconds = DEFAULTS.batch_wait_ms,
     shared_batch_tokens: TokenCount = DEFAULTS.shared_batch_tokens,
 ) -> TokVecModel:
-    """A component's own biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
-
-    bilm: the biLM model (``spacy_elmo.ElmoBiLm.v2``). frozen: keep its weights fixed. lang: the
-    pipeline's language, whose embedded model is used when ``bilm`` names no files. threads, batch_requests,
-    batch_wait_ms, shared_batch_tokens: how the biLM serves calls, as for the ``elmo`` component whose biLM this
-    was. The rest as in ``ElmoListener.v1``.
+    """A component's own biLM (``bilm``, a ``spacy_elmo.ElmoBiLm.v2`` block) with its scalar mix: what
+    ``replace_listeners`` turns a listener into. Its owner's settings are the ``elmo`` component's (docs/api.md);
+    the rest as in ``ElmoListener.v1``.
     """
     configure_bilm_model(
         bilm,

@@ -86,24 +86,9 @@ def setting(
 
 @dataclass(frozen=True)
 class BiLmSettings:
-    """Which biLM runs, and how.
-
-    options_file, weight_file: the biLM's ``options.json`` and ``.hdf5`` (both None: the model embedded for
-        ``lang``; ``options_file`` alone may name a downloaded published model).
-    lang: the language whose embedded model is used when no files are given.
-    initial_state, stateful: where each sequence's LSTMs start (see ``ElmoEmbedder``).
-    max_batch_tokens: padded tokens per biLM batch; max_sentence_tokens: the longest biLM input (longer sequences
-        are cut into windows).
-    precision: of the biLM's matrix products ("fp32", "int8", "bf16", "fp16"); anything but fp32 needs ``frozen``.
-    cache_size: context-free token vectors kept (0: none).
-    frozen: the biLM's weights do not train.
-    threads: torch CPU threads for the biLM (None: torch's own setting).
-    batch_requests, batch_wait_ms: calls from several threads merged into one biLM run, and how long a call may wait
-        for others after a merged batch.
-    shared_batch_tokens: padded tokens (rows times the longest row) per biLM run while calls of several threads
-        wait: a long call is cut into pieces that take turns with the short ones. A call alone runs batches of
-        ``max_batch_tokens`` until calls first meet; after that it keeps to this size while traffic goes on and for
-        2 s after (``util/batch_planner.py``), then grows back to ``max_batch_tokens``.
+    """Which biLM runs, and how. docs/api.md describes each setting where users give it: ``ElmoEmbedder``'s table
+    (all but two), ``spacy_elmo.ElmoBiLm.v2``'s (``max_sentence_tokens``) and the ``elmo`` factory's (``frozen``).
+    A precision other than fp32 needs ``frozen``.
     """
 
     options_file: Optional[str] = setting(None, BILM_BLOCK, EMBEDDER, EMBED, option="--options")
