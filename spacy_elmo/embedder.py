@@ -84,17 +84,9 @@ class ElmoEmbedder:
         shared_batch_tokens: int = DEFAULTS.shared_batch_tokens,
     ):
         settings = BiLmSettings(
-            options_file=options_file,
-            weight_file=weight_file,
-            lang=lang,
-            initial_state=initial_state,
-            stateful=stateful,
-            max_batch_tokens=max_batch_tokens,
-            precision=precision,
-            cache_size=cache_size,
-            threads=threads,
-            batch_requests=batch_requests,
-            batch_wait_ms=batch_wait_ms,
+            options_file=options_file, weight_file=weight_file, lang=lang, initial_state=initial_state,
+            stateful=stateful, max_batch_tokens=max_batch_tokens, precision=precision, cache_size=cache_size,
+            threads=threads, batch_requests=batch_requests, batch_wait_ms=batch_wait_ms,
             shared_batch_tokens=shared_batch_tokens,
         )
         self.runtime = ElmoRuntime.load(settings, device)

@@ -77,13 +77,8 @@ def build_bilm_model_v2(
     The files are read by ``initialize()``, else on first use; a saved pipeline carries the weights.
     """
     settings = BiLmSettings(
-        options_file=options_file,
-        weight_file=weight_file,
-        initial_state=initial_state,
-        stateful=stateful,
-        max_batch_tokens=max_batch_tokens,
-        max_sentence_tokens=max_sentence_tokens,
-        precision=precision,
+        options_file=options_file, weight_file=weight_file, initial_state=initial_state, stateful=stateful,
+        max_batch_tokens=max_batch_tokens, max_sentence_tokens=max_sentence_tokens, precision=precision,
         cache_size=cache_size,
     )
     model = Model(

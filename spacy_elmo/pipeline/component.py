@@ -81,20 +81,10 @@ def make_elmo(
     architecture with that model's files.
     """
     return Elmo(
-        nlp.vocab,
-        published_bilm_model(model) if isinstance(model, str) else model,
-        name,
-        mix=mix,
-        store_vectors=store_vectors,
-        store_layers=store_layers,
-        set_tensor=set_tensor,
-        vector_hooks=vector_hooks,
-        train_cache_mb=train_cache_mb,
-        frozen=frozen,
-        threads=threads,
-        batch_requests=batch_requests,
-        batch_wait_ms=batch_wait_ms,
-        shared_batch_tokens=shared_batch_tokens,
+        nlp.vocab, published_bilm_model(model) if isinstance(model, str) else model, name, mix=mix,
+        store_vectors=store_vectors, store_layers=store_layers, set_tensor=set_tensor, vector_hooks=vector_hooks,
+        train_cache_mb=train_cache_mb, frozen=frozen, threads=threads, batch_requests=batch_requests,
+        batch_wait_ms=batch_wait_ms, shared_batch_tokens=shared_batch_tokens,
     )
 
 

@@ -353,12 +353,7 @@ def build_elmo_embedding_v2(
     the rest as in ``ElmoListener.v1``.
     """
     configure_bilm_model(
-        bilm,
-        frozen=frozen,
-        lang=lang,
-        threads=threads,
-        batch_requests=batch_requests,
-        batch_wait_ms=batch_wait_ms,
+        bilm, frozen=frozen, lang=lang, threads=threads, batch_requests=batch_requests, batch_wait_ms=batch_wait_ms,
         shared_batch_tokens=shared_batch_tokens,
     )
     return _mix_head(bilm, layer_norm, dropout, l2, embed)

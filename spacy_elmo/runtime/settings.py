@@ -1,13 +1,12 @@
-"""The settings of a running biLM, as one frozen value checked once, when it is made, and the one table of them.
+"""The settings of a running biLM: the one declaration of each, and one frozen value of them, checked when made.
 
 :class:`BiLmSettings` is what every entry point gives the runtime: ``ElmoEmbedder``'s arguments, the ``elmo``
 component's config (its ``spacy_elmo.ElmoBiLm.v2`` block and its own keys), ``spacy_elmo.ElmoEmbedding.v2``'s, the
-``embed`` command's options and the keywords of the AllenNLP classes all become one of these. A changed setting is a
-new value (:meth:`BiLmSettings.replace`), which the runtime compares with the one it runs to apply only what changed.
-
-Each field is a setting's one declaration (:func:`setting`): its type, its default, its check and the places that
-take it (:data:`PLACES`); those places derive their names from here (:func:`settings_in`), and their signatures'
-defaults are these (the spaCy pipeline's: :data:`PIPELINE_DEFAULTS`), which tests/runtime/test_settings.py checks.
+``embed`` command's options and the AllenNLP classes' keywords all become one. A change is a new value
+(:meth:`BiLmSettings.replace`, which checks what changes), which the runtime compares with the one it runs to apply
+only what changed. Each field declares a setting (:func:`setting`): its type, default, check and the places that
+take it (:data:`PLACES`), whose names derive from here (:func:`settings_in`); tests/runtime/test_settings.py checks
+that their signatures agree.
 
 The defaults here are the only ones, but for the token cache's: a runtime keeps none unless asked
 (``cache_size`` 0: ``ElmoEmbedder`` and ``embed`` compute every token's vector), while the spaCy pipeline's biLM
@@ -125,9 +124,9 @@ class BiLmSettings:
         """Make the file paths text and run the checks of the settings ``names``, the others' being checked already,
         then those of settings together that involve one of them."""
         names = set(names)
+        for name in names & {"options_file", "weight_file"}:
+            object.__setattr__(self, name, _path_text(getattr(self, name)))
         for item in dataclasses.fields(self):
-            if item.name in names and item.name in ("options_file", "weight_file"):
-                object.__setattr__(self, item.name, _path_text(getattr(self, item.name)))
             if item.name in names and item.metadata["check"] is not None:
                 item.metadata["check"](getattr(self, item.name))
         if names & {"options_file", "weight_file"}:
