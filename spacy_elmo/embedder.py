@@ -15,11 +15,10 @@ from spacy.tokens import Doc, Span, Token
 from .model.encoder import ElmoEncoder
 from .model.options import ElmoOptions
 from .runtime import BiLmSettings, ElmoRuntime
+from .runtime.settings import DEFAULTS
 from .util.chunks import chunked
 from .util.files import PathLike
 
-# ElmoEmbedder's defaults are the runtime's (its token cache is off by default: cache_size 0).
-DEFAULTS = BiLmSettings()
 
 # What ElmoEmbedder takes as one sentence: its tokens, as str or spaCy Tokens, or a spaCy Doc or Span.
 Sentence = Union[Sequence[str], Sequence[Token], Doc, Span]
@@ -85,17 +84,9 @@ class ElmoEmbedder:
         shared_batch_tokens: int = DEFAULTS.shared_batch_tokens,
     ):
         settings = BiLmSettings(
-            options_file=options_file,
-            weight_file=weight_file,
-            lang=lang,
-            initial_state=initial_state,
-            stateful=stateful,
-            max_batch_tokens=max_batch_tokens,
-            precision=precision,
-            cache_size=cache_size,
-            threads=threads,
-            batch_requests=batch_requests,
-            batch_wait_ms=batch_wait_ms,
+            options_file=options_file, weight_file=weight_file, lang=lang, initial_state=initial_state,
+            stateful=stateful, max_batch_tokens=max_batch_tokens, precision=precision, cache_size=cache_size,
+            threads=threads, batch_requests=batch_requests, batch_wait_ms=batch_wait_ms,
             shared_batch_tokens=shared_batch_tokens,
         )
         self.runtime = ElmoRuntime.load(settings, device)

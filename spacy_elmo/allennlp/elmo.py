@@ -18,15 +18,15 @@ from ..model.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_ids
 from ..model.encoder import ElmoEncoder
 from .scalar_mix import ScalarMix
 from ..util.files import PathLike
-from ..runtime import BiLmSettings
-from ..sources.load import load_encoder
+from ..runtime import BiLmSettings, ElmoRuntime
+from ..runtime.settings import ALLENNLP, settings_in
 
 # AllenNLP's fixed token width: every token is 50 character ids (its bytes cut to 48, framed, padded).
 MAX_CHARACTERS = 50
 # AllenNLP's behaviour: each batch row continues the LSTM state of the same row of the call before.
 ALLENNLP_SETTINGS = BiLmSettings(stateful=True)
 # The settings ``ElmoBiLm``, ``Elmo`` and ``ElmoEmbedder`` take beyond AllenNLP's arguments (see BiLmSettings).
-EXTRA_SETTINGS = ("stateful", "initial_state", "precision")
+EXTRA_SETTINGS = settings_in(ALLENNLP)
 
 # AllenNLP's name for a setting that cannot work; ``except ConfigurationError`` catches this package's.
 ConfigurationError = ElmoSettingsError
@@ -96,12 +96,9 @@ class ElmoBiLm(nn.Module):
     ):
         super().__init__()
         self.settings = allennlp_settings(options_file, weight_file, requires_grad, settings)
-        self.encoder = load_encoder(self.settings.options_file, self.settings.weight_file, device=device)
-        self.encoder.initial_state = self.settings.initial_state
+        self.runtime = ElmoRuntime.load(self.settings, device)  # the settings applied as for every entry point
+        self.encoder = self.runtime.encoder
         _check_byte_model(self.encoder)
-        for parameter in self.encoder.parameters():
-            parameter.requires_grad_(requires_grad)
-        self.encoder.set_precision(self.settings.precision)
         self.carried = CarriedState()
         self.num_layers = self.encoder.options.n_output_layers
         self.word_vectors: Optional[nn.Parameter] = None
@@ -126,7 +123,7 @@ class ElmoBiLm(nn.Module):
         """Run the biLM's products at ``precision`` from now on (``"fp16"``: after moving the module to a GPU)."""
         frozen = not self.encoder.bilm.w_proj.requires_grad  # the parameters may have been unfrozen since
         self.settings = self.settings.replace(precision=precision, frozen=frozen)
-        self.encoder.set_precision(precision)
+        self.runtime.configure(self.settings)
 
     def reset_states(self) -> None:
         """Forget the carried LSTM state: the next call starts from zeros, as the first one did."""

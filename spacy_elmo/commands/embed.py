@@ -21,15 +21,15 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
-import torch
 from spacy.util import minibatch
 from tqdm import tqdm
 
 from .embed_job import Shard, check_input, check_output, resolve_device
 from ..errors import ElmoError, ElmoSettingsError, EmbedError
 from ..model.fixed_mix import fixed_mix_weights
-from ..model.precision import check_precision
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
+from ..runtime.settings import DEFAULTS, embed_options
+from ..sources.load import load_encoder
 from ..sources.resolve import model_files
 from ..util.files import PathLike
 from ..util.text import Tokenizer, make_tokenizer, open_text
@@ -40,17 +40,10 @@ FORMAT = "spacy-elmo-embeddings/1"
 
 
 # embed's options that set the biLM, and the setting each gives: an error of a setting is reported as its option's.
-BILM_OPTIONS = {
-    "--options": "options_file",
-    "--weights": "weight_file",
-    "--lang": "lang",
-    "--initial-state": "initial_state",
-    "--max-tokens": "max_sentence_tokens",
-    "--precision": "precision",
-}
+BILM_OPTIONS = embed_options()
 MODEL_FILE_OPTIONS = ("--options", "--weights")  # checked as a pair: one alone is either a model's name or an error
 # The biLM settings that change the numbers written, besides its files (recorded, and compared on resume).
-RECORDED_BILM_SETTINGS = ("lang", "initial_state", "max_sentence_tokens", "precision")
+RECORDED_BILM_SETTINGS = tuple(name for option, name in BILM_OPTIONS.items() if option not in MODEL_FILE_OPTIONS)
 
 
 def bilm_settings(options: Mapping[str, Any]) -> BiLmSettings:
@@ -60,7 +53,7 @@ def bilm_settings(options: Mapping[str, Any]) -> BiLmSettings:
     files = [option for option in MODEL_FILE_OPTIONS if option in given]
     steps = [("/".join(files), files)] if files else []
     steps += [(option, [option]) for option in given if option not in MODEL_FILE_OPTIONS]
-    settings = BiLmSettings()
+    settings = DEFAULTS
     for name, step in steps:
         try:
             settings = settings.replace(**{BILM_OPTIONS[option]: given[option] for option in step})
@@ -83,7 +76,7 @@ class EmbedSettings:
     shard: which of the input's lines are embedded.
     """
 
-    bilm: BiLmSettings = BiLmSettings()
+    bilm: BiLmSettings = DEFAULTS
     layers: str = "all"
     mix_weights: Optional[Tuple[float, ...]] = None
     gamma: float = 1.0
@@ -129,15 +122,15 @@ class EmbedSettings:
     def load_runtime(self, device: str) -> ElmoRuntime:
         """The biLM these settings name, read and verified on ``device``.
 
-        Called before the output is created: a wrong ``--options``/``--weights`` path or a damaged file then leaves
-        nothing behind (a stub would record the wrong settings and refuse the corrected rerun).
+        Called before the output is created: a wrong ``--options``/``--weights`` path, a damaged file or a precision
+        the device cannot run then leaves nothing behind (a stub would record the wrong settings and refuse the
+        corrected rerun).
         """
-        device = resolve_device(device)
+        encoder = load_encoder(self.bilm.options_file, self.bilm.weight_file, self.bilm.lang, resolve_device(device))
         try:
-            check_precision(self.bilm.precision, torch.device(device))
-        except ElmoSettingsError as err:  # a precision this device cannot run
+            return ElmoRuntime(encoder, self.bilm)
+        except ElmoSettingsError as err:  # the one setting a runtime checks against its device
             raise EmbedError(f"--precision: {err}") from None
-        return ElmoRuntime.load(self.bilm, device)
 
     def tokenizer(self) -> Tokenizer:
         return str.split if self.whitespace else make_tokenizer(self.bilm.lang)

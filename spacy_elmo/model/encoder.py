@@ -95,8 +95,10 @@ class ElmoEncoder(nn.Module):
         return self.bilm.precision
 
     def set_precision(self, precision: str) -> None:
-        """Run the biLM's products at ``precision`` (checked against the device) and forget what fp32 gave."""
-        check_precision(precision, self.device)
+        """Run the biLM's products at ``precision`` (one of :data:`~.precision.PRECISIONS`; a reduced one checked
+        against the device, which every device runs fp32 on) and forget what fp32 gave."""
+        if precision != DEFAULT_PRECISION:
+            check_precision(precision, self.device)
         self.bilm.set_precision(precision, PRECISION_PARTS.get(precision, ()))
         self._forget_derived()
 

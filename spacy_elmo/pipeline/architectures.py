@@ -8,7 +8,7 @@ LSTMs start (``initial_state``, ``stateful``), how much goes through the biLM at
 how many token vectors it keeps (``cache_size``). spaCy's config validation checks their types and values;
 the block becomes one :class:`~spacy_elmo.runtime.BiLmSettings`, owned by the model's :class:`ElmoShim`, which
 the model's owner completes with what is its own (:data:`OWNER_SETTINGS` and ``lang``) through
-:func:`configure_bilm_model`.
+:func:`configure_bilm_model`. Which settings are whose is declared in ``runtime/settings.py``.
 
 The biLM itself is an :class:`~spacy_elmo.runtime.ElmoRuntime` built by the shim from those settings, loaded lazily:
 by ``initialize()``, by ``from_bytes`` / ``from_disk``, or on the first call. Each Doc is cut into windows
@@ -21,9 +21,10 @@ over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``
 and keeps working on its own.
 """
 import contextlib
+import functools
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -31,41 +32,33 @@ from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats3d, FloatsXd
 
-from ..errors import ElmoSettingsError, ElmoWeightsError
+from ..errors import ElmoPipelineError, ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
-from ..runtime.settings import DEFAULT_PIPELINE_CACHE_SIZE
+from ..runtime.settings import BILM_BLOCK, COMPONENT, EMBEDDING, PIPELINE_DEFAULTS, settings_in
 from ..sources.download import resolve_model
 from ..util.windows import join_windows, windows_per_sequence
-from .config_types import CacheSize, ModelSource, TokenCount, unknown_setting_error
+from .config_types import CacheSize, InitialState, ModelSource, Precision, TokenCount, unknown_setting_error
 from .doc_windows import doc_windows, window_words
 from .elmo_shim import ElmoShim
 from .layer_cache import LayerCache
 
 ARCHITECTURE = "spacy_elmo.ElmoBiLm.v2"
 # The settings an ``ElmoBiLm.v2`` block takes (the rest of BiLmSettings is the owner's).
-BILM_SETTINGS = (
-    "options_file",
-    "weight_file",
-    "initial_state",
-    "stateful",
-    "max_batch_tokens",
-    "max_sentence_tokens",
-    "precision",
-    "cache_size",
-)
+BILM_SETTINGS = settings_in(BILM_BLOCK)
 # The settings the owner of an ``ElmoBiLm.v2`` model gives it, as its own config keys (the ``elmo`` component's,
 # ``ElmoEmbedding.v2``'s); with ``lang`` (the pipeline's language) they complete its BiLmSettings.
-OWNER_SETTINGS = ("frozen", "threads", "batch_requests", "batch_wait_ms", "shared_batch_tokens")
+OWNER_SETTINGS = settings_in(COMPONENT)
 # The model attrs in which version 0.2 kept the settings, saved with the weights: a model read from bytes drops them.
-LEGACY_SETTING_ATTRS = (*BILM_SETTINGS, "frozen", "lang")
+LEGACY_SETTING_ATTRS = (
+    "options_file", "weight_file", "initial_state", "stateful", "max_batch_tokens", "max_sentence_tokens",
+    "precision", "cache_size", "frozen", "lang",
+)
 LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
 DEFAULT_MODEL = {"@architectures": ARCHITECTURE}  # the config block of the default biLM model
 # The fixed mix a prediction gives instead of the layers, in this thread (:func:`fixed_mix_output`).
 _FIXED_MIX: "ContextVar[Optional[MixWeights]]" = ContextVar("elmo_fixed_mix", default=None)
-DEFAULTS = BiLmSettings()
-InitialState = Literal["auto", "zeros", "warm"]
-Precision = Literal["fp32", "bf16", "int8", "fp16"]
+DEFAULTS = PIPELINE_DEFAULTS
 
 
 @registry.architectures(ARCHITECTURE)
@@ -77,24 +70,18 @@ def build_bilm_model_v2(
     max_batch_tokens: TokenCount = DEFAULTS.max_batch_tokens,
     max_sentence_tokens: TokenCount = DEFAULTS.max_sentence_tokens,
     precision: Precision = DEFAULTS.precision,
-    cache_size: CacheSize = DEFAULT_PIPELINE_CACHE_SIZE,
+    cache_size: CacheSize = DEFAULTS.cache_size,
 ) -> Model[List[Doc], List[Floats3d]]:
-    """The biLM network of the ``elmo`` component.
+    """The biLM network of the ``elmo`` component, with the settings of its block (docs/api.md describes each).
 
-    options_file, weight_file: AllenNLP/bilm-tf ``options.json`` and weights ``.hdf5``; both None
-        means the model embedded in spacy-elmo for the pipeline's language. Read by
-        ``initialize()``, else on first use; a saved pipeline carries the weights.
-    initial_state, stateful: where each sequence's LSTMs start, as for ``ElmoEmbedder``.
-    max_batch_tokens: padded tokens per biLM batch.
-    max_sentence_tokens: longest biLM input; longer sentences (or Docs without sentence
-        boundaries) are cut into windows of this many tokens.
-    precision: the biLM's matrix products, as for ``ElmoEmbedder``: "fp32" (exact), "int8", "bf16"
-        (CPUs with native bf16), "fp16" (GPUs). Inference only: a biLM that is fine-tuned runs in fp32.
-    cache_size: context-free token vectors kept, so frequent words skip the char CNN (0: none); the same vectors up to
-        float32 rounding.
+    The files are read by ``initialize()``, else on first use; a saved pipeline carries the weights.
     """
-    settings = BiLmSettings(**locals())  # every parameter is a setting of the same name
-    return Model(
+    settings = BiLmSettings(
+        options_file=options_file, weight_file=weight_file, initial_state=initial_state, stateful=stateful,
+        max_batch_tokens=max_batch_tokens, max_sentence_tokens=max_sentence_tokens, precision=precision,
+        cache_size=cache_size,
+    )
+    model = Model(
         "elmo_bilm",
         forward,
         init=init,
@@ -102,6 +89,8 @@ def build_bilm_model_v2(
         dims={"nO": None, "nL": None},
         attrs={LAYER_CACHE: LayerCache(0)},
     )
+    offer_replace_listeners(model)
+    return model
 
 
 def published_bilm_model(name: str) -> Model[List[Doc], List[Floats3d]]:
@@ -121,12 +110,50 @@ def bilm_settings(model: Model) -> BiLmSettings:
 
 
 def configure_bilm_model(model: Model, **changes: Any) -> None:
-    """Change some of the model's settings (checked); a loaded biLM applies what changed at once.
+    """Change some of the model's settings (checked); a loaded biLM applies what changed at once, and what
+    ``replace_listeners`` makes of a listener of the model follows (:func:`offer_replace_listeners`).
 
     New files are read by :func:`load_bilm_weights` (``initialize``), not here: a loaded pipeline names the files it
     was trained from, which need not exist where it runs.
     """
     _shim(model).configure(**changes)
+    offer_replace_listeners(model)
+
+
+def offer_replace_listeners(model: Model) -> None:
+    """Give ``Language.replace_listeners`` what it needs to swap a listener of ``model`` (the biLM model of an
+    ``elmo`` component) for a copy of it, with the model's settings as they stand: called whenever they change."""
+    model.attrs["replace_listener"] = replace_listener
+    model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, bilm_settings(model))
+
+
+def replace_listener(bilm_copy: Model, listener: Model, pipe: Any) -> Model:
+    """``Language.replace_listeners`` hook: the listener node becomes the copy of the component's biLM model."""
+    return bilm_copy
+
+
+def replace_listener_cfg(
+    settings: BiLmSettings, component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]
+) -> Dict:
+    """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` block as ``ElmoEmbedding.v2``.
+
+    ``settings`` are the component's biLM model's settings as they stand (bound by :func:`offer_replace_listeners`
+    whenever they change), so a path given to ``initialize`` reaches the new block's ``bilm``, and the component's
+    own settings (``frozen``, ``threads``...) the new block's.
+    """
+    if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
+        raise ElmoPipelineError(
+            f"replace_listeners: expected a 'spacy_elmo.ElmoListener.v1' block, found {listener_cfg.get('@architectures')!r}"
+        )
+    new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}
+    new_cfg.update(
+        {
+            "@architectures": "spacy_elmo.ElmoEmbedding.v2",
+            "bilm": {"@architectures": ARCHITECTURE, **{key: getattr(settings, key) for key in BILM_SETTINGS}},
+            **{key: getattr(settings, key) for key in settings_in(EMBEDDING)},
+        }
+    )
+    return new_cfg
 
 
 def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) -> None:
@@ -135,16 +162,6 @@ def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) ->
     for key in keys:
         if key not in OWNER_SETTINGS:
             raise unknown_setting_error(key, owner, own, BILM_SETTINGS, ARCHITECTURE)
-
-
-def bilm_config(settings: BiLmSettings) -> Dict[str, Any]:
-    """The ``ElmoBiLm.v2`` config block of a model with ``settings``."""
-    return {"@architectures": ARCHITECTURE, **{key: getattr(settings, key) for key in BILM_SETTINGS}}
-
-
-def owner_config(settings: BiLmSettings) -> Dict[str, Any]:
-    """The owner's part of ``settings`` (:data:`OWNER_SETTINGS` and ``lang``), as config keys."""
-    return {key: getattr(settings, key) for key in (*OWNER_SETTINGS, "lang")}
 
 
 def layer_cache(model: Model) -> LayerCache:

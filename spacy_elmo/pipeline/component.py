@@ -34,7 +34,7 @@ from .architectures import (
 from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
 from .extensions import in_spacy_worker, install_extensions, install_vector_hooks, refuse_tensor_clash
 from .handoff import LayerHandoff
-from .listener import link, listener_nodes, offer_replace_listeners, send_training_batch, set_listener_dims, unlink
+from .listener import link, listener_nodes, send_training_batch, set_listener_dims, unlink
 
 
 class ElmoOutput(NamedTuple):
@@ -80,9 +80,12 @@ def make_elmo(
     published model (``config={"model": "original"}``, ``python -m spacy_elmo list``): the default
     architecture with that model's files.
     """
-    settings = dict(locals())  # every setting is a parameter of the same name, passed on as it is
-    del settings["nlp"], settings["name"], settings["model"]
-    return Elmo(nlp.vocab, published_bilm_model(model) if isinstance(model, str) else model, name, **settings)
+    return Elmo(
+        nlp.vocab, published_bilm_model(model) if isinstance(model, str) else model, name, mix=mix,
+        store_vectors=store_vectors, store_layers=store_layers, set_tensor=set_tensor, vector_hooks=vector_hooks,
+        train_cache_mb=train_cache_mb, frozen=frozen, threads=threads, batch_requests=batch_requests,
+        batch_wait_ms=batch_wait_ms, shared_batch_tokens=shared_batch_tokens,
+    )
 
 
 class Elmo(TrainablePipe):
@@ -131,12 +134,7 @@ class Elmo(TrainablePipe):
         self.vector_hooks = vector_hooks
         set_layer_cache(model, int(train_cache_mb * 2**20))
         self._mix_weights: Optional[MixWeights] = None  # decided when the biLM's layers are known
-        self._configure(lang=vocab.lang, **bilm)
-
-    def _configure(self, **changes: Any) -> None:
-        """Change the biLM's settings (the model holds them) and give ``replace_listeners`` what it needs."""
-        configure_bilm_model(self.model, **changes)
-        offer_replace_listeners(self.model, self.settings)
+        configure_bilm_model(model, lang=vocab.lang, **bilm)
 
     @property
     def settings(self) -> BiLmSettings:
@@ -316,7 +314,7 @@ class Elmo(TrainablePipe):
         """Load the pretrained biLM: ``options_file``/``weight_file`` given here (``[initialize.components]``)
         replace those of the component's config."""
         if options_file is not None or weight_file is not None:
-            self._configure(options_file=options_file, weight_file=weight_file)
+            configure_bilm_model(self.model, options_file=options_file, weight_file=weight_file)
         if self.set_tensor and nlp is not None:
             refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)

@@ -14,7 +14,9 @@ from typing import Any, Callable, Iterator, Sequence
 from confection import ConfigValidationError
 
 from ..errors import ElmoError, ElmoSettingsError
+from ..model.encoder import INITIAL_STATES, check_initial_state
 from ..model.fixed_mix import check_mix_spec
+from ..model.precision import PRECISIONS, check_precision_name
 from ..model.token_cache import check_cache_size
 from ..sources.resolve import check_downloaded, check_model_source
 from ..util.numbers import is_number
@@ -120,6 +122,8 @@ def check_l2(value: Any) -> None:
         raise ElmoSettingsError(f"l2 must be >= 0, found {value!r}")
 
 
+InitialState = setting_type("InitialState", f"one of {', '.join(INITIAL_STATES)}", check_initial_state)
+Precision = setting_type("Precision", f"one of {', '.join(PRECISIONS)}", check_precision_name)
 TokenCount = setting_type("TokenCount", "a number of tokens >= 1", check_token_count)
 CacheSize = setting_type("CacheSize", "a number of token vectors >= 0 (0: no token cache)", check_cache_size)
 CacheMegabytes = setting_type("CacheMegabytes", "a number of megabytes >= 0 (0: no layer cache)", check_cache_mb)

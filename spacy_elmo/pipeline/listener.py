@@ -22,7 +22,6 @@ spaCy links the pipeline (``nlp.add_pipe``, ``initialize``, ``spacy.load``...) o
 ``nlp.replace_listeners`` swaps the listener layer for a copy of the component's biLM model; the
 config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings and the biLM's settings as they stand.
 """
-import functools
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -34,17 +33,7 @@ from thinc.layers.concatenate import init as concatenate_init
 from thinc.types import Floats2d, Floats3d
 
 from ..errors import ElmoListenerWarning, ElmoPipelineError, LayersAlreadyReadError
-from ..runtime import BiLmSettings
-from .architectures import (
-    DEFAULTS,
-    OWNER_SETTINGS,
-    bilm_config,
-    configure_bilm_model,
-    doc_layers,
-    frozen_backprop,
-    owner_config,
-    runtime_of,
-)
+from .architectures import DEFAULTS, configure_bilm_model, doc_layers, frozen_backprop, runtime_of
 from .config_types import DropoutRate, Penalty, Threads, TokenCount, WaitMilliseconds, config_error
 from .handoff import ALREADY_READ, LayerHandoff
 from .listener_mix import build_listener_mix
@@ -359,49 +348,12 @@ def build_elmo_embedding_v2(
     batch_wait_ms: WaitMilliseconds = DEFAULTS.batch_wait_ms,
     shared_batch_tokens: TokenCount = DEFAULTS.shared_batch_tokens,
 ) -> TokVecModel:
-    """A component's own biLM with its scalar mix: what ``replace_listeners`` turns a listener into.
-
-    bilm: the biLM model (``spacy_elmo.ElmoBiLm.v2``). frozen: keep its weights fixed. lang: the
-    pipeline's language, whose embedded model is used when ``bilm`` names no files. threads, batch_requests,
-    batch_wait_ms, shared_batch_tokens: how the biLM serves calls, as for the ``elmo`` component whose biLM this
-    was. The rest as in ``ElmoListener.v1``.
+    """A component's own biLM (``bilm``, a ``spacy_elmo.ElmoBiLm.v2`` block) with its scalar mix: what
+    ``replace_listeners`` turns a listener into. Its owner's settings are the ``elmo`` component's (docs/api.md);
+    the rest as in ``ElmoListener.v1``.
     """
-    arguments = locals()  # the owner's settings are parameters of the same name
-    configure_bilm_model(bilm, **{key: arguments[key] for key in (*OWNER_SETTINGS, "lang")})
-    return _mix_head(bilm, layer_norm, dropout, l2, embed)
-
-
-def offer_replace_listeners(bilm: Model, settings: BiLmSettings) -> None:
-    """Give ``Language.replace_listeners`` what it needs to swap a listener for a copy of ``bilm``, the model of an
-    ``elmo`` component whose biLM has ``settings`` (call again when they change)."""
-    bilm.attrs["replace_listener"] = replace_listener
-    bilm.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, settings)
-
-
-def replace_listener(bilm_copy: Model, listener: Model, pipe: Any) -> Model:
-    """``Language.replace_listeners`` hook: the listener node becomes the copy of the component's biLM model."""
-    return bilm_copy
-
-
-def replace_listener_cfg(
-    settings: BiLmSettings, component_model_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]
-) -> Dict:
-    """``Language.replace_listeners`` hook: the ``ElmoListener.v1`` block as ``ElmoEmbedding.v2``.
-
-    ``settings`` are the component's biLM model's settings as they stand (bound with ``functools.partial`` whenever
-    the component changes them), so a path given to ``initialize`` reaches the new block's ``bilm``, and the
-    component's own settings (``frozen``, ``threads``...) the new block's.
-    """
-    if listener_cfg.get("@architectures") != "spacy_elmo.ElmoListener.v1":
-        raise ElmoPipelineError(
-            f"replace_listeners: expected a 'spacy_elmo.ElmoListener.v1' block, found {listener_cfg.get('@architectures')!r}"
-        )
-    new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}
-    new_cfg.update(
-        {
-            "@architectures": "spacy_elmo.ElmoEmbedding.v2",
-            "bilm": bilm_config(settings),
-            **owner_config(settings),
-        }
+    configure_bilm_model(
+        bilm, frozen=frozen, lang=lang, threads=threads, batch_requests=batch_requests, batch_wait_ms=batch_wait_ms,
+        shared_batch_tokens=shared_batch_tokens,
     )
-    return new_cfg
+    return _mix_head(bilm, layer_norm, dropout, l2, embed)

@@ -320,12 +320,12 @@ def test_interrupted_starts_its_own_line_after_the_progress_bar(allennlp_files, 
 
 
 def test_interrupted_before_the_output_exists_says_nothing_was_written(allennlp_files, corpus, tmp_path, monkeypatch):
-    from spacy_elmo.runtime import ElmoRuntime
+    import spacy_elmo.commands.embed
 
     def interrupted_while_loading(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ElmoRuntime, "load", interrupted_while_loading)
+    monkeypatch.setattr(spacy_elmo.commands.embed, "load_encoder", interrupted_while_loading)
     stopped = embed(allennlp_files, str(corpus), str(tmp_path / "out.hdf5"))
     assert stopped.exit_code == 130 and "Interrupted: nothing was written." in stopped.output
     assert not (tmp_path / "out.hdf5").exists()

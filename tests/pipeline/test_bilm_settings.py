@@ -80,3 +80,12 @@ def test_the_components_own_settings_survive_replace_listeners_and_saving(tmp_pa
     bilm = next(node for node in tagger.model.walk() if node.name == "elmo_bilm")
     assert {key: getattr(bilm_settings(bilm), key) for key in SERVING} == SERVING and not bilm_settings(bilm).frozen
     assert bilm.shims[0].runtime.batcher.shared_batch_cost == 64
+
+
+def test_a_setting_changed_on_the_components_model_reaches_the_block_replace_listeners_writes():
+    """``replace_listeners`` writes the settings as they stand, whoever changed them."""
+    nlp = tagger_pipeline()
+    configure_bilm_model(nlp.get_pipe("elmo").model, max_sentence_tokens=9, threads=3)
+    nlp.replace_listeners("elmo", "tagger", ["model.tok2vec"])
+    block = nlp.config["components"]["tagger"]["model"]["tok2vec"]
+    assert block["bilm"]["max_sentence_tokens"] == 9 and block["threads"] == 3
