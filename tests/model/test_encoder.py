@@ -10,7 +10,9 @@ from tests.conftest import ALLENNLP, ROUNDING
 
 
 def _encoder(cache_size: int) -> ElmoEncoder:
-    return ElmoEncoder(load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"), cache_size=cache_size)
+    encoder = ElmoEncoder(load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"))
+    encoder.set_cache_size(cache_size)
+    return encoder
 
 
 def test_cached_token_vectors_equal_the_char_cnn(allennlp_files):
@@ -89,10 +91,11 @@ def test_mixed_layers_are_the_weighted_sum_of_the_layers_in_every_batch():
 
 
 @pytest.mark.parametrize("cache_size", [-1, 2.5, True, "20000"])
-def test_a_cache_size_that_is_not_a_whole_number_of_vectors_is_refused(cache_size):
-    bilm = load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5")
+def test_a_cache_size_that_is_not_a_whole_number_of_vectors_is_refused(cache_size, allennlp_files):
+    from spacy_elmo import ElmoEmbedder
+
     with pytest.raises(ElmoSettingsError, match="cache_size must be"):
-        ElmoEncoder(bilm, cache_size=cache_size)
+        ElmoEmbedder(*allennlp_files, cache_size=cache_size)
 
 
 def test_a_run_calls_its_pause_before_every_lstm_step_and_a_pass_run_inside_changes_nothing():

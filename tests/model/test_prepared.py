@@ -14,7 +14,9 @@ SENTENCES = [["The", "cat", "sat", "."], ["A", "longer", "sentence", "than", "th
 
 def _encoder() -> SegmentEncoder:
     bilm = load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5")
-    return SegmentEncoder(ElmoEncoder(bilm, initial_state="zeros"))
+    encoder = ElmoEncoder(bilm)
+    encoder.initial_state = "zeros"
+    return SegmentEncoder(encoder)
 
 
 def _run(encoder: SegmentEncoder) -> torch.Tensor:

@@ -28,12 +28,22 @@ def _counting(counts: Counter, name: str, function):
     return counted
 
 
-def test_a_hundred_calls_with_unchanged_settings_decide_nothing_again(monkeypatch):
-    """Threads, the mix's weights and the int8 weights are decided when they change, not per call."""
+@pytest.fixture
+def restored_threads():
+    """torch's process-wide thread count, put back after the test."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_hundred_calls_with_unchanged_settings_decide_nothing_again(monkeypatch, restored_threads):
+    """Threads, the mix's weights and the int8 weights are decided when they change, not per call: the thread
+    setting, applied by the first call, is not applied again when the application changes torch's count after."""
     nlp = spacy.blank("en")
     model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "precision": "int8"}
     nlp.add_pipe("elmo", config={"model": model, "mix": "average", "threads": 1})
     nlp("Warm it up .")
+    torch.set_num_threads(2)  # the application's choice, which differs from the setting
     counts: Counter = Counter()
     monkeypatch.setattr(torch, "set_num_threads", _counting(counts, "set_num_threads", torch.set_num_threads))
     for module, name in [
