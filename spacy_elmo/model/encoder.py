@@ -111,8 +111,7 @@ class ElmoEncoder(nn.Module):
 
     def weights_changed(self) -> None:
         """Forget everything derived from the weights (call after loading or training them)."""
-        if self.bilm.precision != DEFAULT_PRECISION:
-            self.bilm.refresh_precision()
+        self.bilm.weights_changed()
         self._forget_derived()
 
     def _forget_derived(self) -> None:

@@ -417,6 +417,7 @@ class Trainer:
         if training.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), training.grad_clip)
         self.optimizer.step()
+        self.model.bilm.weights_changed()  # what evaluation derived from the weights before the step
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return loss.mean.item(), sum(len(s) + 1 for s in batch)
