@@ -105,7 +105,7 @@ class BiLm(nn.Module):
         self._low_proj: Optional[LowPrecisionLinear] = None
         self.weights_dtype = "float32"  # of the file the weights came from (set by weights.load_bilm)
         self._products: Dict[int, StackedProducts] = {}  # per layer, kept until the weights change
-        self.register_load_state_dict_post_hook(lambda module, _keys: module.weights_changed())
+        self.register_load_state_dict_post_hook(_weights_loaded)
 
     def _apply(self, fn, *args, **kwargs):  # moved weights: the kept products would hold the old ones
         self._products = {}
@@ -199,3 +199,8 @@ class BiLm(nn.Module):
             final_c.append(c_n)
             inputs = layer
         return BiLmState(torch.stack(final_h), torch.stack(final_c)).select(packing.unsort)
+
+
+def _weights_loaded(bilm: BiLm, _keys) -> None:
+    """After a state dict is loaded into ``bilm`` (a module-level function: a module with it pickles)."""
+    bilm.weights_changed()

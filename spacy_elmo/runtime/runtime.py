@@ -7,6 +7,7 @@ request batcher and the thread setting. It is built once per model and changed o
 settings is decided per call.
 """
 import os
+import weakref
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -23,6 +24,9 @@ from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
 MixWeights = Tuple[float, ...]
+
+# Every runtime of this process: a forked child applies their thread settings again, in its own process.
+_RUNTIMES: "weakref.WeakSet[ElmoRuntime]" = weakref.WeakSet()
 
 
 class Segment(NamedTuple):
@@ -59,8 +63,9 @@ class ElmoRuntime:
         self.batcher = RequestBatcher(self._run, settings.batch_wait_ms, padded=True)
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
-        self._threads_applied: Optional[Tuple[int, Optional[int]]] = None  # (process, threads) applied there
+        self._threads_due = False  # the thread setting is still to apply in this process, at the next run
         self._apply(settings, None)
+        _RUNTIMES.add(self)
 
     @classmethod
     def load(cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None) -> "ElmoRuntime":
@@ -104,8 +109,8 @@ class ElmoRuntime:
         self.batcher.wait_ms = new.batch_wait_ms
         self.batcher.max_batch_cost = new.max_batch_tokens
         self.batcher.shared_batch_cost = new.shared_batch_tokens
-        if old is not None and new.threads != old.threads:
-            self._threads_applied = None
+        if old is None or new.threads != old.threads:
+            self._threads_due = new.threads is not None
 
     def weights_changed(self) -> None:
         """Forget what was derived from the weights (token cache, warm state, converted weights): call after they
@@ -168,7 +173,8 @@ class ElmoRuntime:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
         batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
         while it runs (the batcher's :meth:`~spacy_elmo.util.request_batcher.RequestBatcher.pause_point`)."""
-        self._use_threads()
+        if self._threads_due:
+            self._apply_threads()
         groups: Dict[Optional[MixWeights], List[Segment]] = {}
         for item in items:
             groups.setdefault(item.mix, []).append(item)
@@ -189,13 +195,11 @@ class ElmoRuntime:
             tensor = self._mixes[weights] = torch.tensor(weights, dtype=torch.float32, device=self.device)
         return tensor
 
-    def _use_threads(self) -> None:
-        """Apply the thread setting once in this process (a forked worker applies it again in its own)."""
-        wanted = (os.getpid(), self.settings.threads)
-        if self._threads_applied != wanted:
-            if wanted[1] is not None and torch.get_num_threads() != wanted[1]:
-                torch.set_num_threads(wanted[1])
-            self._threads_applied = wanted
+    def _apply_threads(self) -> None:
+        """Apply the thread setting, due in this process since it changed, the runtime came here or it forked."""
+        if torch.get_num_threads() != self.settings.threads:
+            torch.set_num_threads(self.settings.threads)
+        self._threads_due = False
 
     # --- state and cache ---
 
@@ -209,8 +213,21 @@ class ElmoRuntime:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_threads_applied"] = None  # a copy in another process applies the setting there
+        state["_threads_due"] = self.settings.threads is not None  # a copy in another process applies it there
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        _RUNTIMES.add(self)
+
+
+def _threads_due_after_fork() -> None:
+    """In a forked child: every runtime applies its thread setting again, at its next run there."""
+    for runtime in _RUNTIMES:
+        runtime._threads_due = runtime.settings.threads is not None
+
+
+os.register_at_fork(after_in_child=_threads_due_after_fork)
 
 
 def _check_cancelled() -> None:
