@@ -79,7 +79,7 @@ class BiLmSettings:
     shared_batch_tokens: padded tokens (rows times the longest row) per biLM run while calls of several threads
         wait: a long call is cut into pieces that take turns with the short ones. A call alone runs batches of
         ``max_batch_tokens`` until calls first meet; after that it keeps to this size while traffic goes on and for
-        2 s after (``util/batch_planner.py``), then grows back to ``max_batch_tokens``.
+        2 s after (``util/scheduler.py``), then grows back to ``max_batch_tokens``.
     """
 
     options_file: Optional[str] = None

@@ -1,4 +1,5 @@
 """The runtime: settings decided once, applied when they change, outputs each caller's own, state left whole."""
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -63,7 +64,7 @@ def test_a_changed_setting_is_applied_and_the_others_are_left_as_they_are():
     runtime.layers(SENTENCES)
     cached = len(runtime.encoder.cache)
     runtime.configure(runtime.settings.replace(max_batch_tokens=64))
-    assert len(runtime.encoder.cache) == cached > 0 and runtime.batcher.max_batch_cost == 64
+    assert len(runtime.encoder.cache) == cached > 0 and runtime.batcher.policy.max_batch_tokens == 64
     runtime.configure(runtime.settings.replace(cache_size=7))
     assert runtime.encoder.cache.capacity == 7 and len(runtime.encoder.cache) == 0
 
@@ -172,7 +173,7 @@ def test_a_short_call_arriving_during_a_long_run_is_served_inside_it_and_both_ge
     runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS)))
     long_call, short_call = SENTENCES * 20 + [["word"] * 40], [["A", "short", "one", "."]]
     long_alone, short_alone = runtime.layers(long_call), runtime.layers(short_call)
-    runtime.batcher.slice_s = 0
+    runtime.batcher.policy = dataclasses.replace(runtime.batcher.policy, slice_s=0)
     log, threads, answers = [], [], {}
     forward, pause_point = runtime.segment_encoder.forward, runtime.batcher.pause_point
 
