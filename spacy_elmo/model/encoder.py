@@ -206,20 +206,20 @@ class ElmoEncoder(nn.Module):
 
     def encode(
         self,
-        sentences: Sequence[Sequence[str]],
+        segments: Sequence[Sequence[str]],
         state: Optional[BiLmState],
         out: LayerOutput,
         starts: np.ndarray,
         pause: Optional[Callable[[], None]] = None,
     ) -> BiLmState:
-        """One biLM pass over a batch, sentence ``i``'s layers written into ``out`` from token ``starts[i]`` on, its
+        """One biLM pass over a batch, segment ``i``'s layers written into ``out`` from token ``starts[i]`` on, its
         ``<S>`` and ``</S>`` left out. ``state``: each row's start (None: :meth:`start_state`); ``pause``: called
         before each LSTM step, where the pass may give way to other work. Returns each row's final state.
 
         The token vectors go straight from the table of distinct tokens to the packed LSTM inputs, both readings
-        of every sentence, and each layer straight from the packed rows to ``out``: no padded copy in between.
+        of every segment, and each layer straight from the packed rows to ``out``: no padded copy in between.
         """
-        batch = TokenBatch(sentences)
+        batch = TokenBatch(segments)
         if state is None:
             state = self.start_state(batch.batch_size)
         table = self.token_vectors(batch.types)
