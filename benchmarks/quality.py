@@ -650,7 +650,8 @@ def fidelity(args: argparse.Namespace) -> None:
                 files = FIXTURE / "options.json", FIXTURE / "lm_weights.hdf5"
             else:
                 files = default_model_files() if name == "embedded" else seeded_model(Path(tmp), name)
-            encoder = ElmoEncoder(load_files(*files), initial_state="zeros").eval()
+            encoder = ElmoEncoder(load_files(*files)).eval()
+            encoder.initial_state = "zeros"
             reference = encode(encoder, text)
             for precision, parts, label in settings(args.parts, args.precision.split(",")):
                 encoder.bilm.set_precision(precision, parts)

@@ -93,13 +93,6 @@ class ElmoEmbedder:
         if cache_words is not None:
             self.runtime.fill_cache(cache_words)
 
-    @classmethod
-    def from_settings(cls, settings: BiLmSettings, device: Union[str, torch.device] = "cpu") -> "ElmoEmbedder":
-        """An embedder running the biLM ``settings`` name, with those settings."""
-        embedder = cls.__new__(cls)
-        embedder.runtime = ElmoRuntime.load(settings, device)
-        return embedder
-
     @property
     def settings(self) -> BiLmSettings:
         return self.runtime.settings

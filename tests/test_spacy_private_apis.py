@@ -1,7 +1,7 @@
 """What the package takes from spaCy's private ``spacy.cli._util.parse_config_overrides`` (no public equivalent).
 
-The other private use, ``spacy.language._apply_pipes`` (telling ``nlp.pipe`` workers apart), is checked by what
-it does: tests/robustness/test_processes.py expects one torch thread in each worker and two elsewhere.
+The other private use, ``spacy.language._apply_pipes`` (telling ``nlp.pipe`` workers apart, which install no
+similarity hooks), is checked by what it does: tests/robustness/test_processes.py expects no W109 warning from them.
 """
 from spacy.cli._util import parse_config_overrides
 

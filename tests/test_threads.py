@@ -1,5 +1,6 @@
 """The ``threads`` setting: torch's thread count during the biLM's calls only, restored after, 1 by default;
 and one embedder or pipeline used from several Python threads at once."""
+import dataclasses
 import math
 import threading
 import time
@@ -265,7 +266,7 @@ def test_after_ctrl_c_in_a_merged_batch_every_other_caller_gets_its_own_vectors(
     serial = dict(zip(sentences, ElmoEmbedder(*allennlp_files, batch_requests=False).embed_batch(sentences)))
     shared = ElmoEmbedder(*allennlp_files)
     # No pauses: the first run, held here past its slice, would serve some of the calls queued meanwhile inside it.
-    shared.runtime.batcher.slice_s = math.inf
+    shared.runtime.batcher.policy = dataclasses.replace(shared.runtime.batcher.policy, slice_s=math.inf)
     forward, calls, release = shared.runtime.segment_encoder.forward, [], threading.Event()
 
     def blocking_then_interrupted(batch, *args):

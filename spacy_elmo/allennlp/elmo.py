@@ -187,8 +187,9 @@ class ElmoBiLm(nn.Module):
             padded = _with_boundaries(tokens, self.boundary_vectors, lengths, steps)
         else:
             padded = self.token_embedding(inputs, lengths)
-        if self.encoder.bilm.w_proj.requires_grad and torch.is_grad_enabled():
-            self.encoder.weights_changed()  # the weights learn: the warm start must follow them
+        if self.encoder.bilm.w_proj.requires_grad:
+            # the weights learn, and the caller's optimizer steps tell the biLM nothing: nothing derived is kept
+            self.encoder.weights_changed()
         rows = np.asarray(lengths.cpu()) + 2
         start = self.carried.start(self.encoder, batch) if self.stateful else self.encoder.start_state(batch)
         layers, final = self.encoder.bilm(padded, rows, start)

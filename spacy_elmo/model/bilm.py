@@ -104,11 +104,20 @@ class BiLm(nn.Module):
         self.precision_parts: Tuple[str, ...] = ()  # the parts at ``precision``
         self._low_proj: Optional[LowPrecisionLinear] = None
         self.weights_dtype = "float32"  # of the file the weights came from (set by weights.load_bilm)
-        self._products: Dict[int, StackedProducts] = {}  # per layer, kept while its weights stay as they are
+        self._products: Dict[int, StackedProducts] = {}  # per layer, kept until the weights change
+        self.register_load_state_dict_post_hook(_weights_loaded)
 
     def _apply(self, fn, *args, **kwargs):  # moved weights: the kept products would hold the old ones
         self._products = {}
         return super()._apply(fn, *args, **kwargs)
+
+    def weights_changed(self) -> None:
+        """Forget what was derived from the weights (the LSTMs' stacked products, the reduced-precision copies).
+        Call after changing them in place or replacing them (an optimizer step, ``.data``); loading a state dict
+        and moving the module do it themselves."""
+        self._products = {}
+        if self.precision != DEFAULT_PRECISION:
+            self.refresh_precision()
 
     def set_precision(self, precision: str, parts: Sequence[str] = ()) -> None:
         """Run ``parts`` (see :data:`PARTS`) at ``precision`` and the rest in fp32; ``"fp32"`` undoes it.
@@ -121,6 +130,7 @@ class BiLm(nn.Module):
             raise ElmoSettingsError(f"unknown biLM parts {sorted(unknown)}; known: {', '.join(PARTS)}")
         chosen = () if precision == DEFAULT_PRECISION else tuple(parts)
         self.precision, self.precision_parts = precision, chosen
+        self._products = {}  # built from the LSTMs' products at the precision before
         self.char_cnn.low_precision = []
         self.highway.low_precision = []
         if "char_cnn" in chosen:
@@ -189,3 +199,8 @@ class BiLm(nn.Module):
             final_c.append(c_n)
             inputs = layer
         return BiLmState(torch.stack(final_h), torch.stack(final_c)).select(packing.unsort)
+
+
+def _weights_loaded(bilm: BiLm, _keys) -> None:
+    """After a state dict is loaded into ``bilm`` (a module-level function: a module with it pickles)."""
+    bilm.weights_changed()

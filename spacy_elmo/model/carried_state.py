@@ -19,12 +19,6 @@ class CarriedState:
     def reset(self) -> None:
         self.state = None
 
-    def copy(self) -> "CarriedState":
-        """A carried state that starts as this one and changes on its own (the state tensors are never written)."""
-        other = CarriedState()
-        other.state = self.state
-        return other
-
     def start(self, encoder: ElmoEncoder, rows: int) -> BiLmState:
         """The starting state of a call with ``rows`` rows."""
         start = encoder.start_state(rows, stateful=True)

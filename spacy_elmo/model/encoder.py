@@ -53,34 +53,27 @@ class ElmoEncoder(nn.Module):
 
     ``initial_state`` says where every sentence's LSTMs start when no carried state is given:
     ``"zeros"`` (the reference right after ``reset_states()``), ``"warm"`` (the state left by
-    :data:`WARM_UP_TEXT`, the same for every sentence) or ``"auto"``: the start the model was
+    :data:`WARM_UP_TEXT`, the same for every sentence) or ``"auto"`` (the default): the start the model was
     trained from (see :func:`resolve_initial_state`). Either way a sentence's vectors depend on
     nothing but the sentence.
 
-    ``precision`` (``"fp32"``, ``"bf16"``, ``"int8"``; ``"fp16"`` on a GPU; see :mod:`.precision`) is the
-    precision of the biLM's matrix products, for inference; moving the encoder keeps it.
+    It starts with no token cache and fp32 products; :class:`~spacy_elmo.runtime.ElmoRuntime` gives it the
+    settings of a :class:`~spacy_elmo.runtime.BiLmSettings` (:meth:`set_cache_size`, :meth:`set_precision`:
+    ``"fp32"``, ``"bf16"``, ``"int8"``; ``"fp16"`` on a GPU; see :mod:`.precision`). Moving the encoder keeps its
+    precision.
 
     Stateless calls are safe from several threads at once (the token cache locks itself; the warm state is the
     same whoever computes it); carried state is the caller's (:class:`CarriedState` is not shared safely).
     """
 
-    def __init__(
-        self,
-        bilm: BiLm,
-        initial_state: str = DEFAULT_INITIAL_STATE,
-        cache_size: int = 0,
-        precision: str = DEFAULT_PRECISION,
-    ):
+    def __init__(self, bilm: BiLm):
         super().__init__()
-        check_initial_state(initial_state)
         self.bilm = bilm
-        self.initial_state = initial_state
+        self.initial_state = DEFAULT_INITIAL_STATE
         self.cache: Optional[TokenCache] = None
-        self.set_cache_size(cache_size)
         self._warm: Optional[BiLmState] = None
         self._truncation_reported = False
         self._token_ids = TokenIds(bilm.options)
-        self.set_precision(precision)
 
     @property
     def options(self):
@@ -120,8 +113,7 @@ class ElmoEncoder(nn.Module):
 
     def weights_changed(self) -> None:
         """Forget everything derived from the weights (call after loading or training them)."""
-        if self.bilm.precision != DEFAULT_PRECISION:
-            self.bilm.refresh_precision()
+        self.bilm.weights_changed()
         self._forget_derived()
 
     def _forget_derived(self) -> None:
@@ -216,20 +208,20 @@ class ElmoEncoder(nn.Module):
 
     def encode(
         self,
-        sentences: Sequence[Sequence[str]],
+        segments: Sequence[Sequence[str]],
         state: Optional[BiLmState],
         out: LayerOutput,
         starts: np.ndarray,
         pause: Optional[Callable[[], None]] = None,
     ) -> BiLmState:
-        """One biLM pass over a batch, sentence ``i``'s layers written into ``out`` from token ``starts[i]`` on, its
+        """One biLM pass over a batch, segment ``i``'s layers written into ``out`` from token ``starts[i]`` on, its
         ``<S>`` and ``</S>`` left out. ``state``: each row's start (None: :meth:`start_state`); ``pause``: called
         before each LSTM step, where the pass may give way to other work. Returns each row's final state.
 
         The token vectors go straight from the table of distinct tokens to the packed LSTM inputs, both readings
-        of every sentence, and each layer straight from the packed rows to ``out``: no padded copy in between.
+        of every segment, and each layer straight from the packed rows to ``out``: no padded copy in between.
         """
-        batch = TokenBatch(sentences)
+        batch = TokenBatch(segments)
         if state is None:
             state = self.start_state(batch.batch_size)
         table = self.token_vectors(batch.types)

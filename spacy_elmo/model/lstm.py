@@ -235,14 +235,12 @@ class StackedProducts:
     """The three matrix products of several LSTMs side by side, each in fp32 or at the LSTMs' reduced precision.
 
     fp32 products run as one batched product over the stacked weights; reduced ones as one product per LSTM.
-    Built from the LSTMs' weights as they are: :func:`prepared_products` keeps one until they change.
+    Built from the LSTMs' weights as they are: :func:`prepared_products` keeps one until the biLM is told they
+    changed (:meth:`~spacy_elmo.model.bilm.BiLm.weights_changed`).
     """
 
     def __init__(self, lstms: Sequence[LstmWithProjection]):
         self.lstms = tuple(lstms)
-        # What they are built from, held so that no later tensor or precision can take the same address or id.
-        self._weights = [(w.detach(), w._version) for w in _weights(self.lstms)]
-        self._precisions = [lstm.low_precision for lstm in lstms]
         self.low = {name: [lstm.low_precision[name] for lstm in lstms] for name in lstms[0].low_precision}
         scale = lstms[0]._gate_scale
         self.w = {
@@ -253,14 +251,6 @@ class StackedProducts:
         for name in {"input", "hidden"} & set(self.w):
             self.w[name] = self.w[name] * scale
         self.bias = ((torch.stack([lstm.bias for lstm in lstms]) + lstms[0]._forget_offset) * scale).unsqueeze(1)
-
-    def current(self) -> bool:
-        """Whether the LSTMs still have the weights and precision these products were built from."""
-        same_precision = all(a is lstm.low_precision for a, lstm in zip(self._precisions, self.lstms))
-        return same_precision and all(
-            w.data_ptr() == held.data_ptr() and w._version == version
-            for w, (held, version) in zip(_weights(self.lstms), self._weights)
-        )
 
     def inputs(self, x: torch.Tensor, scratch: Scratch) -> torch.Tensor:
         """Gate inputs with the bias (and the forget gate's +1): ``bias + x W_in``."""
@@ -282,7 +272,8 @@ class StackedProducts:
 
 
 def prepared_products(lstms: Sequence[LstmWithProjection], kept: Dict[int, StackedProducts], key: int) -> StackedProducts:
-    """The products of ``lstms``: ``kept[key]`` while it is current, else built anew and kept there.
+    """The products of ``lstms``: ``kept[key]``, else built anew and kept there (the owner empties ``kept`` when
+    the weights or their precision change).
 
     While the weights learn (autograd on, weights requiring grad) they are stacked per call and not kept, so that
     gradients reach each LSTM's own parameters. Otherwise they are stacked once, as plain tensors outside autograd
@@ -291,17 +282,10 @@ def prepared_products(lstms: Sequence[LstmWithProjection], kept: Dict[int, Stack
     if torch.is_grad_enabled() and any(p.requires_grad for lstm in lstms for p in lstm.parameters()):
         return StackedProducts(lstms)
     products = kept.get(key)
-    if products is None or not products.current():
+    if products is None:
         with torch.inference_mode(False), torch.no_grad():
             products = kept[key] = StackedProducts(lstms)
     return products
-
-
-def _weights(lstms: Sequence[LstmWithProjection]) -> List[torch.Tensor]:
-    """The weights :class:`StackedProducts` is built from. A weight is unchanged while its storage is the same and
-    its version counter too (torch's ``_version``, which every in-place write bumps: an optimizer step,
-    ``load_state_dict``, ``copy_``); moving the module or assigning ``.data`` changes its storage."""
-    return [w for lstm in lstms for w in (lstm.w_input, lstm.w_hidden, lstm.w_proj, lstm.bias)]
 
 
 def _blocks(active: List[int], max_rows: int) -> List[List[int]]:

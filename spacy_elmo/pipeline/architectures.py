@@ -250,14 +250,12 @@ def doc_layers(model: Model, docs: Sequence[Doc], mix: Optional[MixWeights] = No
 def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], Callable]:
     """Per Doc, its layers with autograd through the biLM, and their backprop (a biLM being fine-tuned).
 
-    The windows are batched as at prediction: a stateful biLM runs a call as one batch, whose row ``r`` continues row
-    ``r`` of the call before; a stateless one in batches of ``max_batch_tokens``, which give the same vectors.
+    The call's windows run as one biLM batch, as a stateful call does at prediction (row ``r`` continues row ``r`` of
+    the call before); a stateless biLM gives the same vectors in any batch.
     """
     runtime = runtime_of(model)
-    settings = runtime.settings
-    windows = doc_windows(docs, settings.max_sentence_tokens)
-    max_batch_tokens = None if settings.stateful else settings.max_batch_tokens
-    inputs = ArgsKwargs(args=(window_words(docs, windows), max_batch_tokens), kwargs={})
+    windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
+    inputs = ArgsKwargs(args=(window_words(docs, windows),), kwargs={})
     shim = model.shims[0]
     output, backprop_torch = shim.begin_update(inputs)
     outputs = join_windows(windows, torch2xp(output), len(docs))

@@ -28,7 +28,8 @@ from ..errors import ElmoError, ElmoSettingsError, InitializeError, PretrainConf
 from ..model.devices import check_device
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
-from ..model.batch_cost import length_batches
+from ..util.scheduler import lone_batches
+from ..model.batch_cost import row_tokens
 from ..model.options import ElmoOptions
 from ..util.text import make_tokenizer
 from ..formats.weights import load_files, save_files
@@ -160,7 +161,7 @@ def evaluate(model: BiLanguageModel, sentences: Sequence[Sequence[str]], batch_t
     fw = bw = 0.0
     count = 0
     with torch.no_grad():
-        for batch in length_batches([len(s) for s in sentences], batch_tokens * 2):
+        for batch in lone_batches([row_tokens(len(s)) for s in sentences], batch_tokens * 2):
             loss = model([sentences[i] for i in batch])
             fw += loss.forward_nll.item()
             bw += loss.backward_nll.item()
@@ -417,6 +418,7 @@ class Trainer:
         if training.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), training.grad_clip)
         self.optimizer.step()
+        self.model.bilm.weights_changed()  # what evaluation derived from the weights before the step
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return loss.mean.item(), sum(len(s) + 1 for s in batch)

@@ -6,23 +6,28 @@ request batcher and the thread setting. It is built once per model and changed o
 (a new settings value: only what differs is applied) or by loading other weights; nothing that depends only on the
 settings is decided per call.
 """
+import dataclasses
 import os
+import weakref
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from ..model.batch_cost import length_batches, longest_first, row_tokens
+from ..model.batch_cost import row_tokens
 from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.load import load_encoder
 from ..util.request_batcher import RequestBatcher
-from ..util.cancel import CallCancelled, current_handle
+from ..util.scheduler import Policy, longest_first
 from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
 MixWeights = Tuple[float, ...]
+
+# Every runtime of this process: a forked child applies their thread settings again, in its own process.
+_RUNTIMES: "weakref.WeakSet[ElmoRuntime]" = weakref.WeakSet()
 
 
 class Segment(NamedTuple):
@@ -56,11 +61,12 @@ class ElmoRuntime:
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
         self.encoder = encoder.eval()
         self.segment_encoder = SegmentEncoder(encoder)
-        self.batcher = RequestBatcher(self._run, settings.batch_wait_ms, padded=True)
+        self.batcher = RequestBatcher(self._run, Policy(padded=True))
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
-        self._threads_applied: Optional[Tuple[int, Optional[int]]] = None  # (process, threads) applied there
+        self._threads_due = False  # the thread setting is still to apply in this process, at the next run
         self._apply(settings, None)
+        _RUNTIMES.add(self)
 
     @classmethod
     def load(cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None) -> "ElmoRuntime":
@@ -101,11 +107,14 @@ class ElmoRuntime:
         if old is None or new.frozen != old.frozen:
             for param in encoder.parameters():
                 param.requires_grad_(not new.frozen)
-        self.batcher.wait_ms = new.batch_wait_ms
-        self.batcher.max_batch_cost = new.max_batch_tokens
-        self.batcher.shared_batch_cost = new.shared_batch_tokens
-        if old is not None and new.threads != old.threads:
-            self._threads_applied = None
+        self.batcher.policy = dataclasses.replace(
+            self.batcher.policy,
+            max_batch_tokens=new.max_batch_tokens,
+            shared_batch_tokens=new.shared_batch_tokens,
+            batch_wait_ms=new.batch_wait_ms,
+        )
+        if old is None or new.threads != old.threads:
+            self._threads_due = new.threads is not None
 
     def weights_changed(self) -> None:
         """Forget what was derived from the weights (token cache, warm state, converted weights): call after they
@@ -129,21 +138,16 @@ class ElmoRuntime:
     def _submit(
         self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights], joined: Optional[Sequence[int]]
     ) -> List[np.ndarray]:
-        """The arrays of a call, filled by biLM runs that the request batcher plans (a stateful call: one run, in
-        its turn; without ``batch_requests``: this call's own runs, planned the same way). A stateless call's segments
-        go longest first, so that the runs cut from it hold segments of similar lengths (little padding)."""
-        outputs, places = self._outputs([len(words) for words in segments], mix, joined)
-        if not segments:
-            return outputs
+        """The arrays of a call, filled by biLM runs that a request batcher plans: the runtime's, or without
+        ``batch_requests`` one of the call's own, which plans the same runs but merges nothing (a stateful call: one
+        run, in its turn). A stateless call's segments go longest first, so that the runs cut from it hold segments
+        of similar lengths (little padding)."""
+        lengths = [len(words) for words in segments]
+        outputs, places = self._outputs(lengths, mix, joined)
         items = [Segment(words, mix, out) for words, out in zip(segments, places)]
-        if self.settings.stateful:
-            self.batcher(items, merge=False)
-        elif not self.settings.batch_requests:
-            for run in length_batches([len(words) for words in segments], self.settings.max_batch_tokens):
-                _check_cancelled()
-                self._run([items[i] for i in run])
-        else:
-            self.batcher([items[i] for i in longest_first([len(words) for words in segments])], cost=_segment_cost)
+        stateful = self.settings.stateful
+        batcher = self.batcher if self.settings.batch_requests or stateful else RequestBatcher(self._run, self.batcher.policy)
+        batcher(items if stateful else [items[i] for i in longest_first(lengths)], merge=not stateful, tokens=_segment_tokens)
         return outputs
 
     def _outputs(
@@ -168,7 +172,8 @@ class ElmoRuntime:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
         batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
         while it runs (the batcher's :meth:`~spacy_elmo.util.request_batcher.RequestBatcher.pause_point`)."""
-        self._use_threads()
+        if self._threads_due:
+            self._apply_threads()
         groups: Dict[Optional[MixWeights], List[Segment]] = {}
         for item in items:
             groups.setdefault(item.mix, []).append(item)
@@ -176,7 +181,7 @@ class ElmoRuntime:
             words = [item.words for item in members]
             with torch.inference_mode():
                 mix_tensor = None if mix is None else self._mix_tensor(mix)
-                out = self.segment_encoder(words, None, mix_tensor, self.batcher.pause_point)
+                out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point)
                 host = out.float().cpu().numpy()  # the one host transfer of this run
             for item, piece in zip(members, _split(host, [len(w) for w in words])):
                 item.out[...] = piece
@@ -189,13 +194,11 @@ class ElmoRuntime:
             tensor = self._mixes[weights] = torch.tensor(weights, dtype=torch.float32, device=self.device)
         return tensor
 
-    def _use_threads(self) -> None:
-        """Apply the thread setting once in this process (a forked worker applies it again in its own)."""
-        wanted = (os.getpid(), self.settings.threads)
-        if self._threads_applied != wanted:
-            if wanted[1] is not None and torch.get_num_threads() != wanted[1]:
-                torch.set_num_threads(wanted[1])
-            self._threads_applied = wanted
+    def _apply_threads(self) -> None:
+        """Apply the thread setting, due in this process since it changed, the runtime came here or it forked."""
+        if torch.get_num_threads() != self.settings.threads:
+            torch.set_num_threads(self.settings.threads)
+        self._threads_due = False
 
     # --- state and cache ---
 
@@ -209,19 +212,25 @@ class ElmoRuntime:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_threads_applied"] = None  # a copy in another process applies the setting there
+        state["_threads_due"] = self.settings.threads is not None  # a copy in another process applies it there
         return state
 
-
-def _check_cancelled() -> None:
-    """Raise :class:`CallCancelled` if the :class:`CancelHandle` whose scope this thread is in was cancelled."""
-    handle = current_handle()
-    if handle is not None and handle.cancelled:
-        raise CallCancelled()
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        _RUNTIMES.add(self)
 
 
-def _segment_cost(segment: Segment) -> int:
-    """What a segment costs a biLM batch: its row, boundaries included (a batch costs its rows times the longest)."""
+def _threads_due_after_fork() -> None:
+    """In a forked child: every runtime applies its thread setting again, at its next run there."""
+    for runtime in _RUNTIMES:
+        runtime._threads_due = runtime.settings.threads is not None
+
+
+os.register_at_fork(after_in_child=_threads_due_after_fork)
+
+
+def _segment_tokens(segment: Segment) -> int:
+    """A segment's tokens in a biLM batch: its row, boundaries included (a batch costs its rows times the longest)."""
     return row_tokens(len(segment.words))
 
 

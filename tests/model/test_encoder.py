@@ -10,7 +10,9 @@ from tests.conftest import ALLENNLP, ROUNDING
 
 
 def _encoder(cache_size: int) -> ElmoEncoder:
-    return ElmoEncoder(load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"), cache_size=cache_size)
+    encoder = ElmoEncoder(load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"))
+    encoder.set_cache_size(cache_size)
+    return encoder
 
 
 def test_cached_token_vectors_equal_the_char_cnn(allennlp_files):
@@ -19,8 +21,8 @@ def test_cached_token_vectors_equal_the_char_cnn(allennlp_files):
     cached.fill_cache(words[:80])
     sentences = [words[i : i + 30] for i in range(0, 400, 30)] + [["unseen-word", "another"]]
     with torch.no_grad():
-        want = SegmentEncoder(plain)(sentences, 4096)
-        got = SegmentEncoder(cached)(sentences, 4096)
+        want = SegmentEncoder(plain)(sentences)
+        got = SegmentEncoder(cached)(sentences)
     assert len(cached.cache) == 100  # pre-filled 80, then filled while running, and bounded
     torch.testing.assert_close(got, want, **ROUNDING)
 
@@ -76,23 +78,26 @@ def test_a_batch_gives_each_sentence_its_own_layers_without_boundary_marks_and_z
     torch.testing.assert_close(layers[0, 0, :4], torch.cat((tokens, tokens), dim=1), **ROUNDING)  # no <S>
 
 
-def test_mixed_layers_are_the_weighted_sum_of_the_layers_in_every_batch():
-    encoder = SegmentEncoder(_encoder(0))
+def test_mixed_layers_are_the_weighted_sum_of_the_layers_in_every_batch(allennlp_files):
+    from spacy_elmo.runtime import BiLmSettings, ElmoRuntime
+
+    runtime = ElmoRuntime.load(BiLmSettings(*map(str, allennlp_files), max_batch_tokens=120))
     words = (ALLENNLP / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
     segments = [words[i : i + n] for i, n in zip(range(0, 400, 40), [3, 12, 1, 30, 7, 0, 18, 5, 9, 25])]
-    mix = torch.tensor([0.2, -0.5, 1.3])
-    with torch.no_grad():
-        full = encoder(segments, 120)  # several batches, sorted by length: each writes rows far apart
-        mixed = encoder(segments, 120, mix=mix)
+    mix = (0.2, -0.5, 1.3)
+    # several batches, longest first: each writes rows far apart in the one array of the call
+    (full,) = runtime.layers(segments, joined=[len(segments)])
+    (mixed,) = runtime.mixed(segments, mix, joined=[len(segments)])
     assert full.shape == (3, sum(map(len, segments)), 32)
-    torch.testing.assert_close(mixed, (mix[:, None, None] * full).sum(0), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(mixed, np.tensordot(mix, full, axes=1), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("cache_size", [-1, 2.5, True, "20000"])
-def test_a_cache_size_that_is_not_a_whole_number_of_vectors_is_refused(cache_size):
-    bilm = load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5")
+def test_a_cache_size_that_is_not_a_whole_number_of_vectors_is_refused(cache_size, allennlp_files):
+    from spacy_elmo import ElmoEmbedder
+
     with pytest.raises(ElmoSettingsError, match="cache_size must be"):
-        ElmoEncoder(bilm, cache_size=cache_size)
+        ElmoEmbedder(*allennlp_files, cache_size=cache_size)
 
 
 def test_a_run_calls_its_pause_before_every_lstm_step_and_a_pass_run_inside_changes_nothing():

@@ -1,4 +1,5 @@
-"""The LSTMs' stacked weights: built once for inference, rebuilt when the weights change, per call while they learn."""
+"""The LSTMs' stacked weights: built once for inference, rebuilt when the biLM is told the weights changed (or a
+state dict is loaded), per call while they learn."""
 from typing import List
 
 import numpy as np
@@ -14,12 +15,14 @@ SENTENCES = [["The", "cat", "sat", "."], ["A", "longer", "sentence", "than", "th
 
 def _encoder() -> SegmentEncoder:
     bilm = load_files(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5")
-    return SegmentEncoder(ElmoEncoder(bilm, initial_state="zeros"))
+    encoder = ElmoEncoder(bilm)
+    encoder.initial_state = "zeros"
+    return SegmentEncoder(encoder)
 
 
 def _run(encoder: SegmentEncoder) -> torch.Tensor:
     with torch.inference_mode():
-        return encoder(SENTENCES, 4096)
+        return encoder(SENTENCES)
 
 
 def _stacked_pointers(encoder: SegmentEncoder) -> List[int]:
@@ -38,35 +41,49 @@ def test_stacked_weights_are_built_once_across_calls():
     assert torch.equal(first, again)
 
 
-def test_a_weight_changed_in_place_is_restacked_and_the_vectors_follow():
+def test_a_weight_changed_in_place_is_restacked_once_announced_and_the_vectors_follow():
     encoder, fresh = _encoder(), _encoder()
     before = _run(encoder)
     pointers = _stacked_pointers(encoder)
-    with torch.no_grad():  # as an optimizer step or load_state_dict does: in place
+    with torch.no_grad():  # as an optimizer step does: in place
         for model in (encoder, fresh):
             model.encoder.bilm.backward_lstms[1].w_hidden.mul_(1.5)
+            model.encoder.weights_changed()
     after = _run(encoder)
     assert _stacked_pointers(encoder)[4] != pointers[4]  # layer 1's recurrent weights
     assert (after - before).abs().max().item() > 1e-3
-    assert torch.equal(after, _run(fresh))  # the same computation as a model that never ran with the old weights
+    assert torch.equal(after, _run(fresh))  # the same computation as a model that ran once (its load check) before
 
 
-def test_a_weight_replaced_is_restacked_and_the_vectors_follow():
+def test_a_weight_replaced_is_restacked_once_announced_and_the_vectors_follow():
     encoder, fresh = _encoder(), _encoder()
     _run(encoder)
     pointers = _stacked_pointers(encoder)
     for model in (encoder, fresh):  # as thinc's finish_update does: a new tensor as .data
         lstm = model.encoder.bilm.forward_lstms[0]
         lstm.w_input.data = lstm.w_input.data * 0.5
+        model.encoder.weights_changed()
     after = _run(encoder)
     assert _stacked_pointers(encoder)[0] != pointers[0]
     assert torch.equal(after, _run(fresh))
 
 
+def test_a_loaded_state_dict_is_restacked_and_the_vectors_follow():
+    encoder, source = _encoder(), _encoder()
+    before = _run(encoder)
+    with torch.no_grad():
+        source.encoder.bilm.forward_lstms[1].w_proj.mul_(0.5)
+        source.encoder.weights_changed()
+    encoder.encoder.bilm.load_state_dict(source.encoder.bilm.state_dict())
+    after = _run(encoder)
+    assert (after - before).abs().max().item() > 1e-3
+    assert torch.equal(after, _run(source))
+
+
 def test_gradients_reach_every_lstm_weight_after_inference_built_the_stacks():
     encoder = _encoder()
     _run(encoder)
-    layers = encoder(SENTENCES, 4096)  # autograd on, weights requiring grad: stacked per call
+    layers = encoder(SENTENCES)  # autograd on, weights requiring grad: stacked per call
     layers[1:].sum().backward()
     bilm = encoder.encoder.bilm
     for lstm in (*bilm.forward_lstms, *bilm.backward_lstms):
@@ -79,11 +96,13 @@ def test_gradients_match_finite_differences_through_the_stacked_products():
     encoder = _encoder().double()
     weight = encoder.encoder.bilm.backward_lstms[0].w_hidden
     index = (3, 5)
-    encoder(SENTENCES, 4096)[2].sum().backward()
+    encoder(SENTENCES)[2].sum().backward()
     eps = 1e-6
     with torch.no_grad():
         weight[index] += eps
+        encoder.encoder.weights_changed()
         up = _run(encoder)[2].sum().item()
         weight[index] -= 2 * eps
+        encoder.encoder.weights_changed()
         down = _run(encoder)[2].sum().item()
     np.testing.assert_allclose(weight.grad[index].item(), (up - down) / (2 * eps), rtol=1e-5, atol=1e-8)

@@ -53,7 +53,7 @@ def test_a_biLM_read_from_bytes_runs_with_the_models_settings_at_once():
     model = build_bilm_model_v2(options_file=OPTIONS, weight_file=WEIGHTS, cache_size=7, max_batch_tokens=64)
     model.from_bytes(_saved_biLM())
     runtime = model.shims[0].runtime
-    assert runtime.encoder.cache.capacity == 7 and runtime.batcher.max_batch_cost == 64
+    assert runtime.encoder.cache.capacity == 7 and runtime.batcher.policy.max_batch_tokens == 64
 
 
 def test_a_biLM_read_from_bytes_onto_a_device_this_machine_lacks_is_a_one_line_error(monkeypatch):
@@ -69,7 +69,7 @@ def test_the_components_own_settings_survive_to_disk_and_from_disk(tmp_path):
     make_nlp(**SERVING).to_disk(tmp_path / "nlp")
     loaded = spacy.load(tmp_path / "nlp").get_pipe("elmo")
     assert {key: getattr(loaded.settings, key) for key in SERVING} == SERVING
-    assert loaded.runtime.batcher.shared_batch_cost == 64 and loaded.runtime.batcher.wait_ms == 5.0
+    assert loaded.runtime.batcher.policy.shared_batch_tokens == 64 and loaded.runtime.batcher.policy.batch_wait_ms == 5.0
 
 
 def test_the_components_own_settings_survive_replace_listeners_and_saving(tmp_path):
@@ -79,7 +79,7 @@ def test_the_components_own_settings_survive_replace_listeners_and_saving(tmp_pa
     tagger = spacy.load(tmp_path / "nlp").get_pipe("tagger")
     bilm = next(node for node in tagger.model.walk() if node.name == "elmo_bilm")
     assert {key: getattr(bilm_settings(bilm), key) for key in SERVING} == SERVING and not bilm_settings(bilm).frozen
-    assert bilm.shims[0].runtime.batcher.shared_batch_cost == 64
+    assert bilm.shims[0].runtime.batcher.policy.shared_batch_tokens == 64
 
 
 def test_a_setting_changed_on_the_components_model_reaches_the_block_replace_listeners_writes():

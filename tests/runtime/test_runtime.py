@@ -1,4 +1,5 @@
 """The runtime: settings decided once, applied when they change, outputs each caller's own, state left whole."""
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -28,12 +29,22 @@ def _counting(counts: Counter, name: str, function):
     return counted
 
 
-def test_a_hundred_calls_with_unchanged_settings_decide_nothing_again(monkeypatch):
-    """Threads, the mix's weights and the int8 weights are decided when they change, not per call."""
+@pytest.fixture
+def restored_threads():
+    """torch's process-wide thread count, put back after the test."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_hundred_calls_with_unchanged_settings_decide_nothing_again(monkeypatch, restored_threads):
+    """Threads, the mix's weights and the int8 weights are decided when they change, not per call: the thread
+    setting, applied by the first call, is not applied again when the application changes torch's count after."""
     nlp = spacy.blank("en")
     model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "precision": "int8"}
     nlp.add_pipe("elmo", config={"model": model, "mix": "average", "threads": 1})
     nlp("Warm it up .")
+    torch.set_num_threads(2)  # the application's choice, which differs from the setting
     counts: Counter = Counter()
     monkeypatch.setattr(torch, "set_num_threads", _counting(counts, "set_num_threads", torch.set_num_threads))
     for module, name in [
@@ -53,7 +64,7 @@ def test_a_changed_setting_is_applied_and_the_others_are_left_as_they_are():
     runtime.layers(SENTENCES)
     cached = len(runtime.encoder.cache)
     runtime.configure(runtime.settings.replace(max_batch_tokens=64))
-    assert len(runtime.encoder.cache) == cached > 0 and runtime.batcher.max_batch_cost == 64
+    assert len(runtime.encoder.cache) == cached > 0 and runtime.batcher.policy.max_batch_tokens == 64
     runtime.configure(runtime.settings.replace(cache_size=7))
     assert runtime.encoder.cache.capacity == 7 and len(runtime.encoder.cache) == 0
 
@@ -162,7 +173,7 @@ def test_a_short_call_arriving_during_a_long_run_is_served_inside_it_and_both_ge
     runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS)))
     long_call, short_call = SENTENCES * 20 + [["word"] * 40], [["A", "short", "one", "."]]
     long_alone, short_alone = runtime.layers(long_call), runtime.layers(short_call)
-    runtime.batcher.slice_s = 0
+    runtime.batcher.policy = dataclasses.replace(runtime.batcher.policy, slice_s=0)
     log, threads, answers = [], [], {}
     forward, pause_point = runtime.segment_encoder.forward, runtime.batcher.pause_point
 
