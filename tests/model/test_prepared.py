@@ -44,27 +44,24 @@ def test_stacked_weights_are_built_once_across_calls():
 def test_a_weight_changed_in_place_is_restacked_once_announced_and_the_vectors_follow():
     encoder, fresh = _encoder(), _encoder()
     before = _run(encoder)
-    pointers = _stacked_pointers(encoder)
     with torch.no_grad():  # as an optimizer step does: in place
         for model in (encoder, fresh):
             model.encoder.bilm.backward_lstms[1].w_hidden.mul_(1.5)
             model.encoder.weights_changed()
     after = _run(encoder)
-    assert _stacked_pointers(encoder)[4] != pointers[4]  # layer 1's recurrent weights
     assert (after - before).abs().max().item() > 1e-3
     assert torch.equal(after, _run(fresh))  # the same computation as a model that ran once (its load check) before
 
 
 def test_a_weight_replaced_is_restacked_once_announced_and_the_vectors_follow():
     encoder, fresh = _encoder(), _encoder()
-    _run(encoder)
-    pointers = _stacked_pointers(encoder)
+    before = _run(encoder)
     for model in (encoder, fresh):  # as thinc's finish_update does: a new tensor as .data
         lstm = model.encoder.bilm.forward_lstms[0]
         lstm.w_input.data = lstm.w_input.data * 0.5
         model.encoder.weights_changed()
     after = _run(encoder)
-    assert _stacked_pointers(encoder)[0] != pointers[0]
+    assert (after - before).abs().max().item() > 1e-3
     assert torch.equal(after, _run(fresh))
 
 
