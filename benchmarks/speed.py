@@ -466,7 +466,8 @@ def products(args: argparse.Namespace) -> None:
 
 def _product(weight, rows: int, precision: str) -> Callable[[], object]:
     """One call of both directions' product of ``rows`` random rows with ``weight`` ``(2, k, n)``: ``precision``
-    fp32, ``int8`` (fbgemm) or ``int8-onednn``."""
+    fp32, ``int8`` (fbgemm), ``int8-onednn``, ``int8-int-mm`` (``torch._int_mm``) or ``int8-weight-only``
+    (``torch._weight_int8pack_mm``)."""
     import torch
 
     x = torch.randn(2, rows, weight.shape[1])
@@ -475,7 +476,12 @@ def _product(weight, rows: int, precision: str) -> Callable[[], object]:
         return lambda: torch.baddbmm(bias, x, weight, out=out)
     columns = weight.transpose(1, 2)
     scales = (columns.abs().amax(2) / 127).clamp_min(1e-12)
-    levels = (columns / scales[..., None]).round().to(torch.int8)
+    levels = (columns / scales[..., None]).round().to(torch.int8).contiguous()
+    if precision == "int8-int-mm":  # int8 x int8 -> int32, then the scales
+        rows_q, weight_q = torch.randint(-63, 64, x.shape, dtype=torch.int8), levels.transpose(1, 2).contiguous()
+        return lambda: [torch._int_mm(rows_q[d], weight_q[d]).mul(scales[d]) for d in range(2)]
+    if precision == "int8-weight-only":  # float32 rows, int8 weights
+        return lambda: [torch._weight_int8pack_mm(x[d], levels[d], scales[d]) for d in range(2)]
     if precision == "int8-onednn":
         packed = [torch.ops.onednn.qlinear_prepack(w, None) for w in levels]
         q, zero_points = torch.randint(1, 128, x.shape, dtype=torch.uint8), torch.zeros(len(scales[0]), dtype=torch.int32)
