@@ -38,6 +38,9 @@ setup(
                  "uvicorn>=0.20", "httpx>=0.24", "mypy>=1.8"],
         "plot": ["matplotlib>=3.5"],
         "serve": ["fastapi>=0.100", "uvicorn>=0.20"],
+        # bench: benchmarks/versus.py, the elmo component against spacy-curated-transformers' transformer
+        # (0.3.x is the line for spaCy 3.7+ with thinc 8; 2.x wants thinc 9)
+        "bench": ["spacy-curated-transformers>=0.3.1,<1"],
     },
     entry_points={
         "spacy_factories": ["elmo = spacy_elmo.pipeline.component:make_elmo"],
