@@ -179,8 +179,9 @@ def read_layers(node: Model, docs: List[Doc], rerun: bool) -> List[Optional[Floa
         found.append(layers)
     for handoff in handoffs if rerun else ():
         again = [i for i, doc in enumerate(docs) if found[i] is None and handoff.annotated(doc)]
-        for i, layers in zip(again, doc_layers(handoff.source, [docs[i] for i in again])):
-            found[i] = layers
+        if again:
+            for i, layers in zip(again, doc_layers(handoff.source, [docs[i] for i in again])):
+                found[i] = layers
     return found
 
 
