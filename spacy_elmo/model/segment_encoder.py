@@ -16,7 +16,7 @@ class SegmentEncoder(nn.Module):
     the results along one token axis.
 
     With ``stateful`` each batch row starts from the state the same row ended in on the batch before, as in
-    AllenNLP.
+    AllenNLP (a batch run with ``carry=False`` starts from the initial state and leaves that state as it is).
     """
 
     def __init__(self, encoder: ElmoEncoder, stateful: bool = False):
@@ -34,21 +34,23 @@ class SegmentEncoder(nn.Module):
         segments: Sequence[Sequence[str]],
         mix: Optional[torch.Tensor] = None,
         pause: Optional[Callable[[], None]] = None,
+        carry: Optional[bool] = None,
     ) -> torch.Tensor:
         """The segments' layers, ``(n_layers + 1, total_tokens, dim)``, segment after segment, from one biLM batch.
 
         With ``mix`` (one weight per layer) the layers are summed with these weights as each is produced and
         ``(total_tokens, dim)`` comes back, so the layers themselves are never stored. The batch writes its tokens'
         rows straight into the output. ``pause`` is called between its steps (see :meth:`ElmoEncoder.encode`). In
-        the stateful mode the carried state changes only when the batch has run, so an interrupted one leaves it as
-        it was.
+        the stateful mode (``carry``: this batch's, by default the module's) the carried state changes only when the
+        batch has run, so an interrupted one leaves it as it was.
         """
+        carry = self.stateful if carry is None else carry
         lengths = np.array([len(s) for s in segments], dtype=np.int64)
         starts = np.concatenate(([0], np.cumsum(lengths)))
         out = self._output(int(starts[-1]), mix)
-        initial = self.carried.start(self.encoder, len(segments)) if self.stateful else None
+        initial = self.carried.start(self.encoder, len(segments)) if carry else None
         final = self.encoder.encode(segments, initial, out, starts[:-1], pause)
-        if self.stateful:
+        if carry:
             self.carried.update(final)
         return out.layers()
 

@@ -238,13 +238,16 @@ def frozen_backprop(d_layers: Any) -> List[Doc]:
     return []
 
 
-def doc_layers(model: Model, docs: Sequence[Doc], mix: Optional[MixWeights] = None) -> List[np.ndarray]:
+def doc_layers(
+    model: Model, docs: Sequence[Doc], mix: Optional[MixWeights] = None, fresh: bool = False
+) -> List[np.ndarray]:
     """Per Doc, its layers ``(n_layers + 1, len(doc), dim)`` (with ``mix``, its mixed ``(len(doc), dim)``), each an
-    array of its own, computed by the runtime without autograd."""
+    array of its own, computed by the runtime without autograd (``fresh``: a stateful biLM from its initial state,
+    its carried state left as it is)."""
     runtime = runtime_of(model)
     windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
     words, per_doc = window_words(docs, windows), windows_per_sequence(windows, len(docs))
-    return runtime.layers(words, per_doc) if mix is None else runtime.mixed(words, mix, per_doc)
+    return runtime.layers(words, per_doc, fresh) if mix is None else runtime.mixed(words, mix, per_doc)
 
 
 def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], Callable]:

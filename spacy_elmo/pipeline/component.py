@@ -32,7 +32,8 @@ from .architectures import (
     set_layer_cache,
 )
 from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
-from .extensions import in_spacy_worker, install_extensions, install_vector_hooks, refuse_tensor_clash
+from .extensions import in_spacy_worker, install_extensions, refuse_tensor_clash, set_vector_hooks
+from .doc_rows import LAYERS, VECTORS, put_rows
 from .handoff import LayerHandoff
 from .listener import link, listener_nodes, send_training_batch, set_listener_dims, unlink
 
@@ -55,6 +56,7 @@ class ElmoOutput(NamedTuple):
         "set_tensor": False,
         "vector_hooks": True,
         "train_cache_mb": 1024,
+        "listener_cache_mb": 1024,
         **{key: getattr(DEFAULTS, key) for key in OWNER_SETTINGS},
     },
 )
@@ -68,6 +70,7 @@ def make_elmo(
     set_tensor: bool,
     vector_hooks: bool,
     train_cache_mb: CacheMegabytes,
+    listener_cache_mb: CacheMegabytes,
     frozen: bool,
     threads: Optional[Threads],
     batch_requests: bool,
@@ -83,7 +86,7 @@ def make_elmo(
     return Elmo(
         nlp.vocab, published_bilm_model(model) if isinstance(model, str) else model, name, mix=mix,
         store_vectors=store_vectors, store_layers=store_layers, set_tensor=set_tensor, vector_hooks=vector_hooks,
-        train_cache_mb=train_cache_mb, frozen=frozen, threads=threads, batch_requests=batch_requests,
+        train_cache_mb=train_cache_mb, listener_cache_mb=listener_cache_mb, frozen=frozen, threads=threads, batch_requests=batch_requests,
         batch_wait_ms=batch_wait_ms, shared_batch_tokens=shared_batch_tokens,
     )
 
@@ -97,9 +100,8 @@ class Elmo(TrainablePipe):
     The rest concerns Docs: ``mix`` gives ``Doc._.elmo`` when ``store_vectors``; ``store_layers`` keeps
     ``Doc._.elmo_layers``; ``set_tensor`` copies the vectors to ``doc.tensor``; ``vector_hooks`` makes ``.vector`` /
     ``.similarity`` read them (not in the workers of ``nlp.pipe(n_process > 1)``, whose Docs spaCy returns without
-    hooks); ``train_cache_mb`` bounds the layers kept of training sentences. docs/api.md ("The elmo factory")
-    describes each. With nothing stored, listeners get the layers through the component's :class:`LayerHandoff`,
-    which releases each Doc's layers once every listener has read them.
+    hooks); ``train_cache_mb`` bounds the layers kept of training sentences, ``listener_cache_mb`` those on their way
+    to the listeners at prediction (:class:`LayerHandoff`). docs/api.md ("The elmo factory") describes each.
     """
 
     def __init__(
@@ -114,17 +116,19 @@ class Elmo(TrainablePipe):
         set_tensor: bool = False,
         vector_hooks: bool = True,
         train_cache_mb: float = 1024,
+        listener_cache_mb: float = 1024,
         **bilm: Any,
     ):
         own = [setting for setting in Language.get_factory_meta("elmo").default_config if setting != "model"]
         check_owner_settings(bilm, name, own)
         check_mix_spec(mix)
         check_cache_mb(train_cache_mb)
+        check_cache_mb(listener_cache_mb, "listener_cache_mb")
         install_extensions()
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.handoff = LayerHandoff(model)
+        self.handoff = LayerHandoff(model, int(listener_cache_mb * 2**20))
         self.listener_map = {}
         self.cfg: Dict[str, Any] = {}
         self.mix = mix
@@ -161,15 +165,15 @@ class Elmo(TrainablePipe):
     @property
     def listener_map(self) -> Dict[str, List[Model]]:
         """The listeners spaCy registered, by component: those of the enabled components after this one when it last
-        linked the pipeline. At prediction the layers also reach the linked listeners it left out (a component
-        enabled since), from the first Doc they read (:class:`~spacy_elmo.pipeline.handoff.LayerHandoff`)."""
+        linked the pipeline. At prediction the layers also reach the listeners it left out (a component enabled
+        since), from the first Doc they read (:class:`~spacy_elmo.pipeline.handoff.LayerHandoff`)."""
         return self._listener_map
 
     @listener_map.setter
     def listener_map(self, value: Dict[str, List[Model]]) -> None:
         """spaCy links the pipeline again by emptying the map, then finding the listeners of the enabled components."""
         self._listener_map = value
-        self.handoff.forget_joined()
+        self.handoff.relink()
 
     @property
     def listeners(self) -> List[Model]:
@@ -216,10 +220,10 @@ class Elmo(TrainablePipe):
     # --- prediction ---
 
     def predict(self, docs: Iterable[Doc]) -> List[ElmoOutput]:
-        """The model's layers of each Doc (for listeners and ``store_layers``) and/or their fixed mix; nothing if
-        nothing is stored or listens."""
+        """The model's layers of each Doc (for running listeners and ``store_layers``) and/or their fixed mix; nothing
+        if nothing is stored or listens."""
         docs = list(docs)
-        need_layers = self.store_layers or self.handoff.has_readers()
+        need_layers = self.handoff.begin_batch() or self.store_layers
         need_vectors = self.store_vectors or self.set_tensor
         if not docs or not (need_layers or need_vectors):
             return [ElmoOutput(None, None) for _ in docs]
@@ -238,21 +242,17 @@ class Elmo(TrainablePipe):
         return self._mix_weights
 
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
-        """Store what :meth:`predict` computed: numpy on ``Doc._``, xp layers in the handoff to the listeners."""
+        """Record what :meth:`predict` computed on each Doc (``doc_rows.py``; a record with no rows still says that
+        the component ran on it), and hand the layers to the listeners."""
         hooks = self._installs_hooks()
         with_layers = [(doc, output.layers) for doc, output in zip(docs, outputs) if output.layers is not None]
-        if with_layers:
-            self.handoff.put([doc for doc, _ in with_layers], [x for _, x in with_layers], self.listeners)
+        self.handoff.put([doc for doc, _ in with_layers], [x for _, x in with_layers])
         for doc, (layers, vectors) in zip(docs, outputs):
-            if self.store_layers:
-                doc._.elmo_layers = layers
-            if vectors is not None:
-                if self.store_vectors:
-                    doc._.elmo = vectors
-                if self.set_tensor:
-                    doc.tensor = vectors
-            if hooks:
-                install_vector_hooks(doc)
+            put_rows(doc, {VECTORS: vectors if self.store_vectors else None, LAYERS: layers if self.store_layers else None})
+            if self.set_tensor and vectors is not None:
+                doc.tensor = vectors
+            if hooks and vectors is not None:
+                set_vector_hooks(doc, vectors.shape[1])
 
     def _installs_hooks(self) -> bool:
         """Hooks read the stored vectors; a worker of ``nlp.pipe(n_process > 1)`` sends its Docs back as bytes,

@@ -104,10 +104,10 @@ def setting_type(name: str, accepts: str, check: Callable[[Any], Any]) -> type:
     return SettingType(name, (), {"accepts": accepts, "check": staticmethod(check)})
 
 
-def check_cache_mb(value: Any) -> None:
-    """Refuse a layer cache size that is not a number of megabytes >= 0."""
+def check_cache_mb(value: Any, name: str = "train_cache_mb") -> None:
+    """Refuse a store of layers (``name``) whose size is not a number of megabytes >= 0."""
     if not (is_number(value) and value >= 0):
-        raise ElmoSettingsError(f"train_cache_mb must be >= 0 (0 turns the layer cache off), found {value!r}")
+        raise ElmoSettingsError(f"{name} must be >= 0 (0 keeps no layers), found {value!r}")
 
 
 def check_dropout(value: Any) -> None:

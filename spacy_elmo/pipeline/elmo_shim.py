@@ -3,10 +3,11 @@ hdf5 weights, never pickled; the settings never saved (the config holds them).""
 import contextlib
 import hashlib
 import json
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import srsly
-from thinc.api import PyTorchShim, get_torch_default_device
+import torch
+from thinc.api import PyTorchShim, get_torch_default_device, xp2torch
 
 from ..errors import ElmoWeightsError
 from ..model.encoder import ElmoEncoder
@@ -69,19 +70,31 @@ class ElmoShim(PyTorchShim):
             self.runtime.weights_changed()
 
     @contextlib.contextmanager
-    def use_params(self, params) -> Iterator[None]:
-        """Run the block with ``params``' values of this biLM's parameters (the optimizer's averages); state derived
-        from the weights (token cache, warm state, converted weights) is dropped only if a parameter is swapped.
-
-        A frozen biLM has no averages, so evaluation in ``spacy train`` keeps its cache and converted weights.
+    def use_params(self, params: Dict[Any, Any]) -> Iterator[None]:
+        """Run the block with ``params``' values of this biLM's parameters (the optimizer's averages, which thinc's
+        optimizers key ``(shim.id, parameter name)`` as :meth:`finish_update` names them), and put the weights back
+        after. State derived from the weights (token cache, warm state, converted weights) is dropped only if a
+        parameter is swapped: a frozen biLM has no averages, so evaluation in ``spacy train`` keeps its cache.
         """
-        prefix = f"pytorch_{self.id}_"
-        if self._model is None or not any(isinstance(key, str) and key.startswith(prefix) for key in params):
+        swapped = {} if self._model is None else {
+            key[1]: value for key, value in params.items() if isinstance(key, tuple) and key[0] == self.id
+        }
+        if not swapped:
             yield
             return
-        with super().use_params(params):
-            self.runtime.weights_changed()
+        parameters = dict(self._model.named_parameters())
+        backup = {name: parameters[name].detach().clone() for name in swapped}
+        self._copy_into(parameters, swapped)
+        try:
             yield
+        finally:
+            self._copy_into(parameters, backup)
+
+    def _copy_into(self, parameters: Dict[str, Any], values: Dict[str, Any]) -> None:
+        """Overwrite the named parameters with ``values`` (xp arrays or tensors) and drop what was derived from them."""
+        with torch.no_grad():
+            for name, value in values.items():
+                parameters[name].copy_(value if isinstance(value, torch.Tensor) else xp2torch(value))
         self.runtime.weights_changed()
 
     def to_bytes(self) -> bytes:

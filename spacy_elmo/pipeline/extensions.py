@@ -2,10 +2,11 @@
 
 - ``Doc._.elmo``: float32 numpy ``(len(doc), dim)``, the component's mix of the layers.
 - ``Doc._.elmo_layers``: float32 numpy ``(n_layers + 1, len(doc), dim)`` (``store_layers``).
-- ``Token._.elmo`` (its row) and ``Span._.elmo`` (the mean of its rows) are computed on access.
+- ``Token._.elmo`` (its row) and ``Span._.elmo`` (the mean of its rows).
 
-Both Doc values are plain numpy arrays in ``doc.user_data``, which srsly's msgpack writes
-natively, so ``doc.to_bytes()`` and ``DocBin(store_user_data=True)`` keep them.
+All are read on access from the rows the component recorded in ``doc.user_data`` (``doc_rows.py``), through the
+Doc's current tokens: they follow the Doc through retokenizing, ``Doc.copy()``, ``Span.as_doc(copy_user_data=True)``,
+``Doc.from_docs``, ``doc.to_bytes()`` and ``DocBin(store_user_data=True)``, as any ``._`` value does.
 
 The similarity hooks (``vector_hooks``, on by default) make spaCy's ``.vector`` and ``.similarity`` read
 ``Doc._.elmo``. Hooks are functions, which spaCy drops whenever it rebuilds a Doc from bytes
@@ -14,8 +15,8 @@ back from the ``Doc._.elmo`` those keep. ``doc.tensor`` is no substitute: spaCy'
 1.0 for two uses of the same word whatever their vectors, and ``DocBin`` does not keep the tensor.
 
 The layers listening components read are not kept on the Doc (see ``handoff.py``). ``set_tensor`` copies the vectors
-to ``doc.tensor``, which :func:`refuse_tensor_clash` keeps from a pipeline whose ``tok2vec`` passes its vectors
-there.
+to ``doc.tensor`` (which spaCy keeps aligned by its own rule), and :func:`refuse_tensor_clash` keeps it from a
+pipeline whose ``tok2vec`` passes its vectors there.
 """
 import multiprocessing
 from typing import Iterable, Optional, Sequence, Union
@@ -26,77 +27,124 @@ from spacy.pipeline import Tok2Vec
 from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.tokens import Doc, Span, Token
 from thinc.api import Model
-from thinc.types import Floats1d
+from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..errors import ElmoPipelineError, ElmoSettingsError
+from .doc_rows import LAYERS, VECTORS, Aligned, aligned_rows
 
 
 def install_extensions() -> None:
     """Register the ``._.elmo`` / ``._.elmo_layers`` attributes (once; existing ones are left alone)."""
     if not Doc.has_extension("elmo"):
-        Doc.set_extension("elmo", default=None)
+        Doc.set_extension("elmo", getter=doc_elmo)
     if not Doc.has_extension("elmo_layers"):
-        Doc.set_extension("elmo_layers", default=None)
+        Doc.set_extension("elmo_layers", getter=doc_elmo_layers)
     if not Token.has_extension("elmo"):
         Token.set_extension("elmo", getter=token_elmo)
     if not Span.has_extension("elmo"):
         Span.set_extension("elmo", getter=span_elmo)
 
 
+def doc_elmo(doc: Doc) -> Optional[Floats2d]:
+    """``(len(doc), dim)``: each token's vector (zeros for a token with none), None when no token has one."""
+    found = aligned_rows(doc, VECTORS)
+    return None if found is None else found.rows
+
+
+def doc_elmo_layers(doc: Doc) -> Optional[Floats3d]:
+    """``(n_layers + 1, len(doc), dim)`` as :func:`doc_elmo`, for the layers ``store_layers`` keeps."""
+    found = aligned_rows(doc, LAYERS)
+    return None if found is None else found.rows
+
+
 def token_elmo(token: Token) -> Optional[Floats1d]:
-    """The token's row of ``Doc._.elmo`` (None when the Doc has none)."""
-    vectors = token.doc._.elmo
-    return None if vectors is None else vectors[token.i]
+    """The token's vector (None when it has none)."""
+    found = aligned_rows(token.doc, VECTORS)
+    return found.rows[token.i] if found is not None and found.present[token.i] else None
 
 
 def span_elmo(span: Span) -> Optional[Floats1d]:
-    """The mean of the span's rows of ``Doc._.elmo`` (zeros for an empty span, None when the Doc has none)."""
-    vectors = span.doc._.elmo
-    if vectors is None:
-        return None
-    if span.start == span.end:
-        return np.zeros(vectors.shape[1], dtype=np.float32)
-    return vectors[span.start : span.end].mean(axis=0)
+    """The mean of the span's token vectors (zeros for an empty span or a token with none), None when the Doc has
+    none."""
+    found = aligned_rows(span.doc, VECTORS)
+    return None if found is None else _mean_rows(found.rows, span.start, span.end)
 
 
-def doc_elmo_mean(doc: Doc) -> Optional[Floats1d]:
-    """The mean of all rows of ``Doc._.elmo``: the Doc's vector under the similarity hooks."""
-    return span_elmo(doc[:])
+def _mean_rows(rows: Floats2d, start: int, end: int) -> Floats1d:
+    return rows[start:end].mean(axis=0) if end > start else np.zeros(rows.shape[1], dtype=np.float32)
+
+
+class VectorHooks:
+    """spaCy's ``.vector``, ``.has_vector``, ``.vector_norm`` and ``.similarity`` of a Doc, its Spans and Tokens, read
+    from their ELMo vectors: zeros (and ``has_vector`` False) where a token has none, as spaCy does, so that a Doc
+    that lost its vectors (``span.as_doc()`` without ``copy_user_data``, which keeps the hooks) reads zeros of the
+    right width. Cosine similarity (0.0 when either vector is all zeros)."""
+
+    def __init__(self, width: int):
+        self.width = width
+
+    def _rows(self, doc: Doc) -> Aligned:
+        found = aligned_rows(doc, VECTORS)
+        if found is None:
+            return Aligned(np.zeros((len(doc), self.width), dtype=np.float32), np.zeros(len(doc), dtype=bool))
+        return found
+
+    def token_vector(self, token: Token) -> Floats1d:
+        return self._rows(token.doc).rows[token.i]
+
+    def token_has_vector(self, token: Token) -> bool:
+        return bool(self._rows(token.doc).present[token.i])
+
+    def span_vector(self, span: Span) -> Floats1d:
+        return _mean_rows(self._rows(span.doc).rows, span.start, span.end)
+
+    def span_has_vector(self, span: Span) -> bool:
+        return bool(self._rows(span.doc).present[span.start : span.end].any())
+
+    def doc_vector(self, doc: Doc) -> Floats1d:
+        return self.span_vector(doc[:])
+
+    def doc_has_vector(self, doc: Doc) -> bool:
+        return self.span_has_vector(doc[:])
+
+    @staticmethod
+    def vector_norm(obj: "VectorOwner") -> float:
+        return float(np.linalg.norm(obj.vector))
+
+    @staticmethod
+    def similarity(obj: "VectorOwner", other: "VectorOwner") -> float:
+        a, b = np.asarray(obj.vector, dtype=np.float64), np.asarray(other.vector, dtype=np.float64)
+        norm = np.linalg.norm(a) * np.linalg.norm(b)
+        return float(a.dot(b) / norm) if norm > 0 else 0.0
 
 
 VectorOwner = Union[Doc, Span, Token]
 
 
-def _has_vector(obj: VectorOwner) -> bool:
-    return obj.doc._.elmo is not None
-
-
-def _vector_norm(obj: VectorOwner) -> float:
-    return float(np.linalg.norm(obj.vector))
-
-
-def cosine_similarity(obj: VectorOwner, other: VectorOwner) -> float:
-    """Cosine of the two objects' vectors (0.0 when either is all zeros)."""
-    a, b = np.asarray(obj.vector, dtype=np.float64), np.asarray(other.vector, dtype=np.float64)
-    norm = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a.dot(b) / norm) if norm > 0 else 0.0
-
-
 def install_vector_hooks(doc: Doc) -> Doc:
     """Make ``.vector``, ``.has_vector``, ``.vector_norm`` and ``.similarity`` of the Doc, its Spans
-    and Tokens use ``Doc._.elmo`` (cosine similarity); returns the Doc. Hooks are not serialized with the Doc."""
+    and Tokens use its ELMo vectors (:class:`VectorHooks`); returns the Doc. Hooks are not serialized with the Doc."""
     install_extensions()
-    if doc._.elmo is None:
+    vectors = doc._.elmo
+    if vectors is None:
         raise ElmoPipelineError(
             "This Doc has no Doc._.elmo to take its vectors from: run it through a pipeline with the 'elmo' "
             "component (store_vectors = true), and keep Doc._.elmo when saving Docs (DocBin(store_user_data=True))"
         )
+    return set_vector_hooks(doc, vectors.shape[1])
+
+
+def set_vector_hooks(doc: Doc, width: int) -> Doc:
+    """:func:`install_vector_hooks` for vectors of ``width`` (known to the caller)."""
+    hooks = VectorHooks(width)
     doc.user_hooks.update(
-        vector=doc_elmo_mean, has_vector=_has_vector, vector_norm=_vector_norm, similarity=cosine_similarity
+        vector=hooks.doc_vector, has_vector=hooks.doc_has_vector, vector_norm=hooks.vector_norm,
+        similarity=hooks.similarity,
     )
-    doc.user_span_hooks.update(vector=span_elmo, has_vector=_has_vector, similarity=cosine_similarity)
+    doc.user_span_hooks.update(vector=hooks.span_vector, has_vector=hooks.span_has_vector, similarity=hooks.similarity)
     doc.user_token_hooks.update(
-        vector=token_elmo, has_vector=_has_vector, vector_norm=_vector_norm, similarity=cosine_similarity
+        vector=hooks.token_vector, has_vector=hooks.token_has_vector, vector_norm=hooks.vector_norm,
+        similarity=hooks.similarity,
     )
     return doc
 

@@ -1,141 +1,161 @@
-"""The layers of Docs on their way from the ``elmo`` component to its listeners, kept off the Docs.
+"""The layers of Docs on their way from the ``elmo`` component to its listening components, kept off the Docs.
 
-At prediction the ``elmo`` component and its listening components see the same Docs, but in
-separate ``pipe`` calls that may batch them differently, so the layers travel per Doc. They are
-kept here, weakly keyed by the Doc, until every listener that waits for them has read them, and then
-released. Nothing is stored on the Doc itself, so a Doc holds no layers, ``doc.to_bytes()`` has
-nothing it cannot save, and a Doc that is dropped before its listeners ran takes its entry with it.
+At prediction the ``elmo`` component and its listeners see the same Docs, but in separate ``pipe`` calls that may
+batch them differently, so the layers travel per Doc: the component puts each Doc's layers here, and a listener takes
+them, as often as it likes, while they are here. They go when every listener waited for has taken them, when a
+listener does not come for them in time, or when the byte budget needs the room. Nothing here is the only copy of
+anything: a listener that finds no layers for a Doc the component annotated runs the biLM again (``listener.py``).
 
-Who waits: the listeners spaCy registered with the component (its listener map), and those that
-joined by reading. spaCy registers listeners over the enabled components only, and enabling a
-component (``enable_pipe``, the end of ``select_pipes``) registers nothing. So a listener that is
-linked to the component but not registered may be a disabled component's, which never reads, or an
-enabled one's, which will: for those the layers of the latest batch stay within reach (and go with
-the next batch), and a listener that reads there joins the readers of every later batch, until spaCy
-links the pipeline again.
+All the policy is in :class:`LayerHandoff`:
+
+- Who is waited for: the listeners spaCy registered with the component (it links them), and any listener that reads
+  here (a component enabled after spaCy linked the pipeline). A listener that lets a Doc's layers expire unread is
+  not waited for any more, until it reads again: its component is not running (``select_pipes``,
+  ``nlp.pipe(disable=...)``, ``disable_pipe``). When no listener is waited for, the component computes no layers.
+- How long: a Doc's layers wait ``keep`` batches of the component (over all threads). ``keep`` starts at 1: with the
+  same batch size a listener reads a batch before the component makes the next. It grows to the lag a listener
+  showed when it came too late (larger batches than the component's, threads that interleave), up to
+  :data:`MAX_KEEP`.
+- How much: at most ``max_bytes`` of layers, the oldest let go first.
 """
+import threading
 import weakref
-from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Set, Tuple
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Set
 
+import numpy as np
 from spacy.tokens import Doc
 from thinc.types import Floats3d
 
-ALREADY_READ = (
-    "This listening component already read the ELMo layers of this Doc, and they were released: run the Doc through "
-    "the 'elmo' component again (e.g. nlp(doc) rather than one component) before the listening component reads it a "
-    "second time"
-)
+from .doc_rows import token_spans
+
+MAX_KEEP = 64  # batches a Doc's layers may wait for a listener that showed lag
+EXPIRIES_KEPT = 4096  # expired Docs remembered, to learn a late listener's lag
+
+
+@dataclass
+class _Entry:
+    doc: "weakref.ReferenceType[Doc]"
+    layers: Floats3d
+    spans: np.ndarray  # the Doc's tokens the layers are for (token_spans)
+    batch: int
+    waiting: Set[int]  # ids of the listener nodes yet to take them
 
 
 class LayerHandoff:
-    """Per Doc, its layers and the listeners that have yet to read them; ``source`` is the model that made them."""
+    """Per Doc, its layers and the listeners they wait for (see the module's docstring); ``source`` is the biLM model
+    that made them, ``max_bytes`` the budget. Safe to use from several threads."""
 
-    def __init__(self, source: Any = None) -> None:
+    def __init__(self, source: Any = None, max_bytes: int = 2**30) -> None:
         self.source = source
-        self._pending: "weakref.WeakKeyDictionary[Doc, Tuple[Floats3d, Set[Hashable]]]" = weakref.WeakKeyDictionary()
-        self._read: "weakref.WeakKeyDictionary[Doc, Set[Hashable]]" = weakref.WeakKeyDictionary()
-        self._latest: "weakref.WeakKeyDictionary[Doc, Floats3d]" = weakref.WeakKeyDictionary()
-        self._annotated: "weakref.WeakSet[Doc]" = weakref.WeakSet()
-        self._linked: List[Hashable] = []
-        self._joined: List[Hashable] = []
-        self.has_run = False  # whether the component put any layers here (since this handoff was made)
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: "OrderedDict[int, _Entry]" = OrderedDict()  # by id(doc), oldest first
+        self._expired: "OrderedDict[int, int]" = OrderedDict()  # id(doc) -> the batch of its layers that expired
+        self._readers: Set[int] = set()
+        self._nbytes = 0
+        self._batch = 0
+        self._keep = 1
 
     def __len__(self) -> int:
         """The number of Docs whose layers are held here."""
-        return len(self._pending) + sum(1 for doc in self._latest.keys() if doc not in self._pending)
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of layers held here."""
+        return self._nbytes
 
     # --- who reads ---
 
-    def link(self, reader: Hashable) -> None:
-        """``reader`` listens to the component (it may read even when it is not among a batch's readers)."""
-        if all(r is not reader for r in self._linked):
-            self._linked.append(reader)
+    def link(self, reader: int) -> None:
+        """The listener node with id ``reader`` listens: wait for it."""
+        with self._lock:
+            self._readers.add(reader)
 
-    def unlink(self, reader: Hashable) -> None:
-        self._linked = [r for r in self._linked if r is not reader]
-        self._joined = [r for r in self._joined if r is not reader]
+    def unlink(self, reader: int) -> None:
+        """The listener node with id ``reader`` listens no more."""
+        with self._lock:
+            self._readers.discard(reader)
+            for doc_id in [doc_id for doc_id, entry in self._entries.items() if reader in entry.waiting]:
+                self._taken(doc_id, reader)
 
-    def has_readers(self) -> bool:
-        """Whether any listener is linked to the component (registered or not), so that layers are worth keeping."""
-        return bool(self._linked)
-
-    def forget_joined(self) -> None:
-        """spaCy links the pipeline again: the readers are the registered ones, until others read."""
-        self._joined = []
+    def relink(self) -> None:
+        """spaCy links the pipeline again (and will :meth:`link` the listeners of its enabled components)."""
+        with self._lock:
+            self._readers.clear()
 
     # --- the component's side ---
 
-    def put(self, docs: Sequence[Doc], layers: Sequence[Floats3d], readers: Iterable[Hashable]) -> None:
-        """Hold each Doc's layers until each of ``readers``, and of the listeners that joined, has taken them
-        (replacing older ones); the batch stays within reach of the other linked listeners until the next one."""
-        waiting = list(readers)
-        waiting += [r for r in self._joined if all(r is not w for w in waiting)]
-        others = any(all(r is not w for w in waiting) for r in self._linked)
-        self._latest.clear()
-        self.has_run = True
-        for doc, doc_layers in zip(docs, layers):
-            self._annotated.add(doc)
-            self._read.pop(doc, None)
-            if waiting:
-                self._pending[doc] = (doc_layers, set(waiting))
-            else:
-                self._pending.pop(doc, None)
-            if others:
-                self._latest[doc] = doc_layers
+    def begin_batch(self) -> bool:
+        """The component starts a batch: let go of what waited long enough; whether any listener is waited for."""
+        with self._lock:
+            self._batch += 1
+            while self._entries:
+                doc_id, entry = next(iter(self._entries.items()))
+                if entry.batch > self._batch - self._keep and entry.doc() is not None:
+                    break
+                self._drop(doc_id)
+                if entry.waiting and entry.doc() is not None:
+                    self._readers -= entry.waiting
+                    self._expired[doc_id] = entry.batch
+                    if len(self._expired) > EXPIRIES_KEPT:
+                        self._expired.popitem(last=False)
+            return bool(self._readers)
+
+    def put(self, docs: Sequence[Doc], layers: Sequence[Floats3d]) -> None:
+        """Hold each Doc's layers for the listeners waited for (replacing older ones), within the budget."""
+        with self._lock:
+            if not self._readers:
+                return
+            for doc, doc_layers in zip(docs, layers):
+                self._drop(id(doc))
+                self._entries[id(doc)] = _Entry(
+                    weakref.ref(doc), doc_layers, token_spans(doc), self._batch, set(self._readers)
+                )
+                self._nbytes += doc_layers.nbytes
+            while self._nbytes > self.max_bytes:
+                self._drop(next(iter(self._entries)))
 
     # --- the listeners' side ---
 
-    def take(self, doc: Doc, reader: Hashable) -> Optional[Floats3d]:
-        """``doc``'s layers for ``reader`` (once), released when no reader waits for them any more.
-
-        A linked reader that was not waited for reads the latest batch and joins the readers of the next ones.
-        None when no layers were put here for the Doc (or not since its tokens changed, e.g. a component merged
-        tokens), or when ``reader`` read them already (:meth:`was_read`).
-        """
-        if self.was_read(doc, reader):
-            return None
-        layers = self.release(doc, reader)
-        if layers is None:
-            layers = self._latest.get(doc)
-            if layers is None:
+    def take(self, doc: Doc, reader: int) -> Optional[Floats3d]:
+        """``doc``'s layers for the listener node with id ``reader``, if they are here and fit its tokens now (a
+        component may have merged or split tokens since). The reader is waited for from now on."""
+        with self._lock:
+            self._readers.add(reader)
+            entry = self._entries.get(id(doc))
+            if entry is None or entry.doc() is not doc:
+                late = self._expired.pop(id(doc), None)
+                if late is not None:
+                    self._keep = min(MAX_KEEP, max(self._keep, self._batch - late + 1))
                 return None
-            self._join(reader)
-        if layers.shape[1] != len(doc):
-            return None
-        self._read.setdefault(doc, set()).add(reader)
-        return layers
+            self._taken(id(doc), reader)
+        return entry.layers if np.array_equal(entry.spans, token_spans(doc)) else None
 
-    def was_read(self, doc: Doc, reader: Hashable) -> bool:
-        """Whether ``reader`` took ``doc``'s layers since the component last put them here."""
-        return reader in self._read.get(doc, ())
+    def release(self, doc: Doc, reader: int) -> None:
+        """The listener node with id ``reader`` got ``doc``'s layers another way (a training batch): stop waiting."""
+        with self._lock:
+            self._readers.add(reader)
+            entry = self._entries.get(id(doc))
+            if entry is not None and entry.doc() is doc:
+                self._taken(id(doc), reader)
 
-    def annotated(self, doc: Doc) -> bool:
-        """Whether the component put layers here for ``doc`` (whether or not they are still kept)."""
-        return doc in self._annotated
+    def _taken(self, doc_id: int, reader: int) -> None:
+        entry = self._entries[doc_id]
+        entry.waiting.discard(reader)
+        if not entry.waiting:
+            self._drop(doc_id)
 
-    def release(self, doc: Doc, reader: Hashable) -> Optional[Floats3d]:
-        """Stop holding ``doc``'s layers for ``reader`` (they go when no reader waits); the layers, if there were any."""
-        entry = self._pending.get(doc)
-        if entry is None or reader not in entry[1]:
-            return None
-        layers, waiting = entry
-        waiting.discard(reader)
-        if not waiting:
-            del self._pending[doc]
-        return layers
-
-    def _join(self, reader: Hashable) -> None:
-        if all(r is not reader for r in self._joined):
-            self._joined.append(reader)
-
-    def clear(self) -> None:
-        self._pending.clear()
-        self._read.clear()
-        self._latest.clear()
+    def _drop(self, doc_id: int) -> None:
+        entry = self._entries.pop(doc_id, None)
+        if entry is not None:
+            self._nbytes -= entry.layers.nbytes
 
     # Layers in flight and links are not state: a pickled or copied component starts with none and links its own.
     def __getstate__(self) -> Dict[str, Any]:
-        return {"source": self.source}
+        return {"source": self.source, "max_bytes": self.max_bytes}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(state.get("source"))
+        self.__init__(state.get("source"), state.get("max_bytes", 2**30))

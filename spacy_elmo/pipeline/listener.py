@@ -11,8 +11,9 @@ During training the ``elmo`` component's ``update`` hands every listener the bat
 with a backprop callback (:func:`send_training_batch`: :func:`frozen_backprop` when the biLM is frozen, else one
 that sums the listeners' gradients for the biLM's backward pass). At prediction,
 and when the ``elmo`` component is frozen but annotating, each Doc's layers come from the
-component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, which lets them go once every
-listener has read them.
+component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`; a Doc the component annotated whose layers are not
+there (let go, or its tokens changed since) goes through the biLM again, from the biLM's initial state; a Doc no
+``elmo`` component annotated reads zeros, with one warning.
 
 A copy of a listening model (``model.copy()``, ``copy.deepcopy``, pickle) is a listener of the same
 upstream with nothing in flight and no links: the ``elmo`` component links it, as any listener, when
@@ -23,6 +24,7 @@ spaCy links the pipeline (``nlp.add_pipe``, ``initialize``, ``spacy.load``...) o
 config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings and the biLM's settings as they stand.
 """
 import warnings
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from spacy.errors import Errors
@@ -32,10 +34,11 @@ from thinc.api import Model, concatenate, deserialize_attr, serialize_attr
 from thinc.layers.concatenate import init as concatenate_init
 from thinc.types import Floats2d, Floats3d
 
-from ..errors import ElmoListenerWarning, ElmoPipelineError, LayersAlreadyReadError
+from ..errors import ElmoListenerWarning, ElmoPipelineError
 from .architectures import DEFAULTS, configure_bilm_model, doc_layers, frozen_backprop, runtime_of
 from .config_types import DropoutRate, Penalty, Threads, TokenCount, WaitMilliseconds, config_error
-from .handoff import ALREADY_READ, LayerHandoff
+from .doc_rows import LAYERS, annotated, exact_rows
+from .handoff import LayerHandoff
 from .listener_mix import build_listener_mix
 
 TokVecModel = Model[List[Doc], List[Floats2d]]
@@ -50,7 +53,8 @@ NOT_LINKED = (
 )
 NOT_RUN = (
     "An ELMo listener (upstream {upstream!r}) got Docs that no 'elmo' component ran on, and reads zeros for them: "
-    "enable the 'elmo' component, or run the Docs through it first (said once per listener)"
+    "enable the 'elmo' component, or run the Docs through it first (a Doc made by span.as_doc() keeps what 'elmo' "
+    "found with copy_user_data=True) (said once per listener)"
 )
 
 
@@ -67,6 +71,7 @@ class ListenerState:
         self.backprop: Optional[Callable] = None
         self.handoffs: List[LayerHandoff] = []
         self.warned = False  # about Docs that no elmo component ran on
+        self.samples: "weakref.WeakSet[Doc]" = weakref.WeakSet()  # Docs of thinc's shape inference: no warning
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "ListenerState":
         return ListenerState()
@@ -147,48 +152,38 @@ def batch_id(docs: List[Doc]) -> int:
 def link(node: Model, handoff: LayerHandoff) -> None:
     """Let ``node`` read the prediction-time layers of ``handoff`` (that of an ``elmo`` component it listens to)."""
     listener_state(node).link(handoff)
-    handoff.link(node)
+    handoff.link(node.id)
 
 
 def unlink(node: Model, handoff: LayerHandoff) -> None:
     listener_state(node).unlink(handoff)
-    handoff.unlink(node)
+    handoff.unlink(node.id)
 
 
 def release_layers(node: Model, doc: Doc) -> None:
     """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread."""
     for handoff in listener_state(node).handoffs:
-        handoff.release(doc, node)
+        handoff.release(doc, node.id)
 
 
-def read_layers(node: Model, docs: List[Doc], rerun: bool) -> List[Optional[Floats3d]]:
-    """This listener's layers of each Doc (None where no ``elmo`` component it listens to left any).
+def read_layers(node: Model, docs: List[Doc]) -> List[Optional[Floats3d]]:
+    """This listener's layers of each Doc (None where no ``elmo`` component annotated the Doc).
 
-    From the handoffs, else from ``Doc._.elmo_layers`` (``store_layers``); with ``rerun`` (prediction), a Doc an
-    ``elmo`` component annotated whose layers are no longer kept (its tokens changed since, or the listener joined
-    too late for its batch) is run through that component's biLM again. A second read of the same layers is an error.
+    From the handoffs, else from ``Doc._.elmo_layers`` (``store_layers``) while the Doc's tokens are those the biLM
+    saw; else a Doc an ``elmo`` component annotated (or a copy of one) goes through the biLM again, from its initial
+    state (a stateful biLM's carried state is left as it is).
     """
     handoffs = listener_state(node).handoffs
-    found: List[Optional[Floats3d]] = []
+    by_doc: Dict[int, Optional[Floats3d]] = {}
     for doc in docs:
-        layers = next((x for x in (h.take(doc, node) for h in handoffs) if x is not None), None)
-        if layers is None:
-            layers = stored_layers(doc)
-        if layers is None and any(h.was_read(doc, node) for h in handoffs):
-            raise LayersAlreadyReadError(ALREADY_READ)
-        found.append(layers)
-    for handoff in handoffs if rerun else ():
-        again = [i for i, doc in enumerate(docs) if found[i] is None and handoff.annotated(doc)]
-        if again:
-            for i, layers in zip(again, doc_layers(handoff.source, [docs[i] for i in again])):
-                found[i] = layers
-    return found
-
-
-def stored_layers(doc: Doc) -> Optional[Floats3d]:
-    """The layers an ``elmo`` component with ``store_layers`` left on ``doc``, if they still fit its tokens."""
-    layers = doc._.elmo_layers if Doc.has_extension("elmo_layers") else None
-    return layers if layers is not None and layers.shape[1] == len(doc) else None
+        if id(doc) not in by_doc:
+            layers = next((x for x in (h.take(doc, node.id) for h in handoffs) if x is not None), None)
+            by_doc[id(doc)] = layers if layers is not None else exact_rows(doc, LAYERS)
+    again = list({id(doc): doc for doc in docs if by_doc[id(doc)] is None and annotated(doc)}.values())
+    if again and handoffs:
+        for doc, layers in zip(again, doc_layers(handoffs[0].source, again, fresh=True)):
+            by_doc[id(doc)] = layers
+    return [by_doc[id(doc)] for doc in docs]
 
 
 def set_listener_dims(listener: Model, bilm: Model) -> None:
@@ -248,6 +243,7 @@ def _listener_init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -
     state = listener_state(model)
     if not state.handoffs:
         raise config_error(unlinked_message(upstream_name(model)))
+    state.samples.update(X or [])
     if not (model.has_dim("nO") and model.has_dim("nL")):
         source = state.handoffs[0].source
         runtime_of(source)
@@ -286,11 +282,11 @@ def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Li
     if not state.handoffs:
         raise ElmoPipelineError(NOT_LINKED)
     outputs = []
-    for doc, layers in zip(docs, read_layers(model, docs, rerun=not is_train)):
+    for doc, layers in zip(docs, read_layers(model, docs)):
         if layers is None:
             if is_train:  # the upstream component is frozen and not annotating, so nothing reached us
                 raise ElmoPipelineError(Errors.E203.format(name="elmo"))
-            if not state.warned and any(h.has_run for h in state.handoffs):  # not thinc's shape inference
+            if not state.warned and doc not in state.samples:  # not thinc's shape inference
                 warnings.warn(NOT_RUN.format(upstream=upstream_name(model)), ElmoListenerWarning, stacklevel=2)
                 state.warned = True
             layers = model.ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO"))

@@ -31,12 +31,14 @@ _RUNTIMES: "weakref.WeakSet[ElmoRuntime]" = weakref.WeakSet()
 
 
 class Segment(NamedTuple):
-    """One biLM input of a call (a sentence, or a window of a Doc), the mix wanted for it (None: all layers) and
-    where its result goes (its rows of an array the caller receives)."""
+    """One biLM input of a call (a sentence, or a window of a Doc), the mix wanted for it (None: all layers),
+    where its result goes (its rows of an array the caller receives) and whether it carries the stateful mode's
+    state (False: it starts from the initial state and leaves the carried state as it is)."""
 
     words: Sequence[str]
     mix: Optional[MixWeights]
     out: np.ndarray
+    carry: bool
 
 
 class ElmoRuntime:
@@ -123,20 +125,24 @@ class ElmoRuntime:
 
     # --- inference ---
 
-    def layers(self, segments: Sequence[Sequence[str]], joined: Optional[Sequence[int]] = None) -> List[np.ndarray]:
+    def layers(
+        self, segments: Sequence[Sequence[str]], joined: Optional[Sequence[int]] = None, fresh: bool = False
+    ) -> List[np.ndarray]:
         """Each segment's layers, ``(n_layers + 1, len(segment), dim)`` float32 on the host; with ``joined``, one
-        array per group of ``joined[k]`` consecutive segments, their tokens end to end (a group of 0: no tokens)."""
-        return self._submit(segments, None, joined)
+        array per group of ``joined[k]`` consecutive segments, their tokens end to end (a group of 0: no tokens).
+        ``fresh``: a stateful biLM runs the call from its initial state and leaves its carried state as it is (a
+        listener asking again for layers the ``elmo`` component computed before)."""
+        return self._submit(segments, None, joined, fresh)
 
     def mixed(
         self, segments: Sequence[Sequence[str]], weights: MixWeights, joined: Optional[Sequence[int]] = None
     ) -> List[np.ndarray]:
         """Each segment's ``sum_j weights[j] * layer_j``, ``(len(segment), dim)`` float32 on the host; ``joined`` as
         in :meth:`layers`."""
-        return self._submit(segments, tuple(weights), joined)
+        return self._submit(segments, tuple(weights), joined, False)
 
     def _submit(
-        self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights], joined: Optional[Sequence[int]]
+        self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights], joined: Optional[Sequence[int]], fresh: bool
     ) -> List[np.ndarray]:
         """The arrays of a call, filled by biLM runs that a request batcher plans: the runtime's, or without
         ``batch_requests`` one of the call's own, which plans the same runs but merges nothing (a stateful call: one
@@ -144,9 +150,10 @@ class ElmoRuntime:
         of similar lengths (little padding)."""
         lengths = [len(words) for words in segments]
         outputs, places = self._outputs(lengths, mix, joined)
-        items = [Segment(words, mix, out) for words, out in zip(segments, places)]
-        stateful = self.settings.stateful
-        batcher = self.batcher if self.settings.batch_requests or stateful else RequestBatcher(self._run, self.batcher.policy)
+        stateful = self.settings.stateful and not fresh
+        items = [Segment(words, mix, out, stateful) for words, out in zip(segments, places)]
+        shared = stateful or (self.settings.batch_requests and not self.settings.stateful)
+        batcher = self.batcher if shared else RequestBatcher(self._run, self.batcher.policy)
         batcher(items if stateful else [items[i] for i in longest_first(lengths)], merge=not stateful, tokens=_segment_tokens)
         return outputs
 
@@ -174,14 +181,14 @@ class ElmoRuntime:
         while it runs (the batcher's :meth:`~spacy_elmo.util.request_batcher.RequestBatcher.pause_point`)."""
         if self._threads_due:
             self._apply_threads()
-        groups: Dict[Optional[MixWeights], List[Segment]] = {}
+        groups: Dict[Tuple[Optional[MixWeights], bool], List[Segment]] = {}
         for item in items:
-            groups.setdefault(item.mix, []).append(item)
-        for mix, members in groups.items():
+            groups.setdefault((item.mix, item.carry), []).append(item)
+        for (mix, carry), members in groups.items():
             words = [item.words for item in members]
             with torch.inference_mode():
                 mix_tensor = None if mix is None else self._mix_tensor(mix)
-                out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point)
+                out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point, carry)
                 host = out.float().cpu().numpy()  # the one host transfer of this run
             for item, piece in zip(members, _split(host, [len(w) for w in words])):
                 item.out[...] = piece

@@ -100,10 +100,11 @@ def test_mix_with_the_wrong_number_of_weights_says_how_many_are_needed():
         make_nlp(mix=[0.5, 0.5])("text")
 
 
-def test_nothing_is_stored_when_everything_is_off():
+def test_only_the_mark_of_the_run_is_stored_when_everything_is_off():
     doc = make_nlp(store_vectors=False)("Nothing stored")
     assert doc._.elmo is None and doc._.elmo_layers is None
-    assert doc.tensor.size == 0 and not doc.user_data and not doc.user_hooks
+    assert doc.tensor.size == 0 and not doc.user_hooks
+    assert list(doc.user_data.values()) == [{}]  # a record with no rows: listeners know that 'elmo' ran on it
 
 
 def test_tensor_and_similarity_hooks_use_elmo():

@@ -1,23 +1,29 @@
-"""Listeners get the biLM layers without anything left on the Docs (``LayerHandoff``)."""
+"""Listeners get the biLM layers without anything but a mark left on the Docs (``LayerHandoff``): any number of
+reads, the same Doc twice, copies; bounded, and nothing held for listeners that do not run."""
 import gc
 import warnings
 
 import numpy as np
-import pytest
 import spacy
 from spacy.tokens import Doc
 
-from spacy_elmo.errors import LayersAlreadyReadError
 from spacy_elmo.pipeline.handoff import LayerHandoff
 
 from tests.pipeline.conftest import PROBES, tagger_pipeline, train_losses
 from tests.conftest import ROUNDING
 
+LAYERS = np.zeros((3, 2, 4), dtype=np.float32)  # the layers of a two-token Doc
+
+
+def tag_scores(nlp, docs):
+    return [np.asarray(x) for x in nlp.get_pipe("tagger").model.predict(docs)]
+
+
 def test_a_doc_of_a_listener_pipeline_holds_no_layers_and_serializes_without_warning():
     nlp = tagger_pipeline()
     doc = nlp("The cat sat on the mat .")
     assert [t.tag_ for t in doc] and all(t.tag_ for t in doc)  # the tagger did read layers
-    assert not doc.user_hooks and not doc.user_data and doc.tensor.size == 0
+    assert not doc.user_hooks and list(doc.user_data.values()) == [{}] and doc.tensor.size == 0
     assert len(nlp.get_pipe("elmo").handoff) == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # spaCy's W109 ("Unable to save user hooks") would raise here
@@ -35,22 +41,79 @@ def test_layers_wait_for_every_listening_component_then_go():
     assert len(handoff) == 0
 
 
-def test_a_listener_reads_a_doc_s_layers_once_and_a_second_read_says_why_it_fails():
+def test_a_doc_read_again_or_twice_in_a_batch_or_copied_gets_the_layers_it_got_first():
     nlp = tagger_pipeline()
-    doc = nlp.get_pipe("elmo")(nlp.make_doc("Dogs bark ."))
-    nlp.get_pipe("tagger")(doc)
-    with pytest.raises(LayersAlreadyReadError, match="run the Doc through the 'elmo' component again"):
-        nlp.get_pipe("tagger")(doc)
-    nlp.get_pipe("tagger")(nlp.get_pipe("elmo")(doc))  # annotated again: read again
+    train_losses(nlp, 5)
+    elmo = nlp.get_pipe("elmo")
+    doc = elmo(nlp.make_doc("Dogs bark at night ."))
+    first = tag_scores(nlp, [doc])[0]  # the handoff's layers, let go after this read
+    assert len(elmo.handoff) == 0
+    other = elmo(nlp.make_doc("She sat ."))
+    again = tag_scores(nlp, [doc, other, doc, doc.copy()])  # doc's layers: from the biLM again
+    for scores in (again[0], again[2], again[3]):
+        np.testing.assert_allclose(scores, first, **ROUNDING)
+    np.testing.assert_allclose(again[1], tag_scores(nlp, [elmo(nlp.make_doc("She sat ."))])[0], **ROUNDING)
 
 
-def test_an_unread_entry_goes_with_its_doc():
+def test_the_same_doc_twice_in_a_batch_is_tagged_twice_as_it_is_alone():
+    nlp = tagger_pipeline()
+    train_losses(nlp, 5)
+    doc, other = nlp.make_doc("Dogs bark at night ."), nlp.make_doc("She sat .")
+    alone = [t.tag_ for t in nlp(nlp.make_doc(doc.text))]
+    tagged = list(nlp.pipe([doc, other, doc]))
+    assert tagged[0] is tagged[2] and [t.tag_ for t in tagged[0]] == alone
+
+
+def test_a_listener_that_lets_layers_expire_is_not_waited_for_until_it_reads_again():
     handoff = LayerHandoff()
+    handoff.link(7)
+    doc, other = spacy.blank("en")("two words"), spacy.blank("en")("two more")
+    assert handoff.begin_batch()
+    handoff.put([doc], [LAYERS])
+    assert not handoff.begin_batch()  # the batch before went unread: listener 7 is not running
+    handoff.put([other], [LAYERS])
+    assert len(handoff) == 0
+    assert handoff.take(other, 7) is None  # it reads (the biLM runs again for it): waited for from now on
+    assert handoff.begin_batch()
+
+
+def test_a_late_listener_makes_layers_wait_as_long_as_it_was_late():
+    handoff = LayerHandoff()
+    handoff.link(7)
+    nlp = spacy.blank("en")
+    docs = [nlp("two words") for _ in range(4)]
+    for doc in docs[:2]:
+        handoff.begin_batch()
+        handoff.put([doc], [LAYERS])
+    assert handoff.take(docs[0], 7) is None  # expired one batch before it came...
+    assert handoff.take(docs[1], 7) is None  # ...so docs[1]'s batch was not waited for
+    for doc in docs[2:]:
+        handoff.begin_batch()
+        handoff.put([doc], [LAYERS])
+    assert handoff.take(docs[2], 7) is LAYERS and handoff.take(docs[3], 7) is LAYERS  # now it waits two batches
+
+
+def test_the_layers_held_stay_within_the_budget_the_oldest_going_first():
+    handoff = LayerHandoff(max_bytes=2 * LAYERS.nbytes)
+    handoff.link(7)
+    nlp = spacy.blank("en")
+    docs = [nlp("two words") for _ in range(3)]
+    handoff.begin_batch()
+    handoff.put(docs, [LAYERS] * 3)
+    assert handoff.nbytes == 2 * LAYERS.nbytes
+    assert handoff.take(docs[0], 7) is None and handoff.take(docs[2], 7) is LAYERS
+
+
+def test_an_unread_entry_goes_with_its_doc_and_its_listener_is_still_waited_for():
+    handoff = LayerHandoff()
+    handoff.link(7)
     doc = spacy.blank("en")("two words")
-    handoff.put([doc], [np.zeros((3, 2, 4), dtype=np.float32)], ["reader"])
+    handoff.begin_batch()
+    handoff.put([doc], [LAYERS])
     assert len(handoff) == 1
     del doc
     gc.collect()
+    assert handoff.begin_batch()  # a Doc the user dropped says nothing about the listener
     assert len(handoff) == 0
 
 
@@ -61,6 +124,7 @@ def test_listeners_predict_what_a_copy_of_the_biLM_in_the_tagger_predicts():
     assert len({tag for tags in expected for tag in tags}) > 1  # trained: the tags depend on the input
     scores = nlp.get_pipe("tagger").model.predict(list(nlp.get_pipe("elmo").pipe(nlp.make_doc(t) for t in PROBES)))
     nlp.replace_listeners("elmo", "tagger", ["model.tok2vec"])  # the tagger now runs its own biLM: no handoff
+    assert not nlp.get_pipe("elmo").handoff.begin_batch()  # nothing listens: the vectors-only path
     assert [[t.tag_ for t in doc] for doc in nlp.pipe(PROBES)] == expected
     docs = [nlp.make_doc(text) for text in PROBES]
     for found, want in zip(nlp.get_pipe("tagger").model.predict(docs), scores):

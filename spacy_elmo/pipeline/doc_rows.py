@@ -1,0 +1,121 @@
+"""Per-token rows that the ``elmo`` component leaves on a Doc, kept so that they follow the Doc wherever spaCy takes it.
+
+One record per annotation, in ``doc.user_data`` under a key of the form spaCy gives a span's ``._`` value,
+``("._.", "elmo_rows", start_char, end_char)``: the characters of each token as the biLM saw it, and its rows
+(vectors and/or layers). spaCy moves such keys by the right character offset in ``Span.as_doc(copy_user_data=True)``
+and ``Doc.from_docs``, copies them with ``Doc.copy()``, and saves them in ``doc.to_bytes()`` and
+``DocBin(store_user_data=True)``; so the rows go wherever a ``._`` value goes.
+
+Rows are read through the Doc's current tokens (:func:`aligned_rows`): a token reads the mean of the rows of the
+tokens, as the biLM saw them, that share a character with it. A token the biLM saw reads its own row; a merged token
+(``merge_entities``, ``doc.retokenize()``) the mean of the rows it was made of; each piece of a split token the row of
+the token it came from; a token with no such row has none. The record itself is never changed, so a Doc that is
+retokenized back reads its original rows again.
+"""
+import threading
+import weakref
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+from spacy.attrs import IDX, LENGTH
+from spacy.tokens import Doc
+
+ROWS_KEY = "elmo_rows"  # the name in the record's user_data key
+VECTORS, LAYERS = "vectors", "layers"  # the kinds of rows a record may hold; layers keep their token axis second
+TOKEN_AXIS = {VECTORS: 0, LAYERS: 1}
+
+
+class Aligned(NamedTuple):
+    """Rows of one kind for the Doc's current tokens: ``rows`` (zeros where a token has none) and ``present``."""
+
+    rows: np.ndarray
+    present: np.ndarray  # bool, one per token
+
+
+def token_spans(doc: Doc) -> np.ndarray:
+    """``(len(doc), 2)`` int64: each token's first character and the character after its last."""
+    spans = doc.to_array([IDX, LENGTH]).astype(np.int64)
+    spans[:, 1] += spans[:, 0]
+    return spans
+
+
+def put_rows(doc: Doc, rows: Dict[str, Optional[np.ndarray]]) -> None:
+    """Record ``rows`` (by kind; None: not kept) for the Doc's current tokens, replacing the records of earlier
+    annotations; a record with no rows still says that the component annotated the Doc."""
+    for key in _record_keys(doc):
+        del doc.user_data[key]
+    record = {kind: value for kind, value in rows.items() if value is not None}
+    if record:
+        record["spans"] = token_spans(doc)
+    doc.user_data[("._.", ROWS_KEY, 0, len(doc.text))] = record
+
+
+def annotated(doc: Doc) -> bool:
+    """Whether an ``elmo`` component annotated the Doc (or the Doc it was copied, cut or joined from)."""
+    return bool(_record_keys(doc))
+
+
+def exact_rows(doc: Doc, kind: str) -> Optional[np.ndarray]:
+    """The rows of ``kind`` recorded for exactly the Doc's current tokens (one record, not retokenized), else None."""
+    return _as_recorded(doc, kind, token_spans(doc))
+
+
+def _as_recorded(doc: Doc, kind: str, spans: np.ndarray) -> Optional[np.ndarray]:
+    keys = _record_keys(doc)
+    if len(keys) != 1:
+        return None
+    record = doc.user_data[keys[0]]
+    rows = record.get(kind)
+    if rows is None or not np.array_equal(record["spans"] + keys[0][2], spans):
+        return None
+    return rows
+
+
+def aligned_rows(doc: Doc, kind: str) -> Optional[Aligned]:
+    """The rows of ``kind`` for the Doc's current tokens (see the module's docstring), None if no record holds any.
+
+    Computed once per tokenization of the Doc and kept while it lasts (a token's ``._.elmo`` costs a comparison of
+    the Doc's token offsets, not an alignment).
+    """
+    spans = token_spans(doc)
+    recorded = _as_recorded(doc, kind, spans)
+    if recorded is not None:
+        return Aligned(recorded, np.ones(len(spans), dtype=bool))
+    records = tuple((key, doc.user_data[key]) for key in _record_keys(doc))
+    signature = tuple((key, id(record)) for key, record in records)
+    with _cache_lock:
+        cached = _cache.get(doc, {}).get(kind)
+    if cached is not None and cached[0] == signature and np.array_equal(cached[1], spans):
+        return cached[2]
+    found = _align(spans, [(key[2], record["spans"], record[kind]) for key, record in records if kind in record], kind)
+    with _cache_lock:
+        _cache.setdefault(doc, {})[kind] = (signature, spans, found)
+    return found
+
+
+_cache: "weakref.WeakKeyDictionary[Doc, Dict[str, Tuple[Any, np.ndarray, Optional[Aligned]]]]" = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+def _record_keys(doc: Doc) -> List[Tuple]:
+    """The keys of the Doc's records, by their first character."""
+    keys = [key for key in doc.user_data if isinstance(key, tuple) and len(key) == 4 and key[:2] == ("._.", ROWS_KEY)]
+    return sorted(keys, key=lambda key: key[2])
+
+
+def _align(spans: np.ndarray, records: List[Tuple[int, np.ndarray, np.ndarray]], kind: str) -> Optional[Aligned]:
+    """Each current token's mean of the recorded rows that share a character with it (records at their offsets)."""
+    if not records:
+        return None
+    axis = TOKEN_AXIS[kind]
+    seen = np.concatenate([record_spans + offset for offset, record_spans, _ in records])
+    rows = np.concatenate([np.moveaxis(r, axis, 0) for _, _, r in records])  # token axis first
+    order = np.argsort(seen[:, 0], kind="stable")
+    seen, rows = seen[order], rows[order]
+    first = np.searchsorted(seen[:, 1], spans[:, 0], side="right")  # the first seen token ending after its start
+    last = np.searchsorted(seen[:, 0], spans[:, 1], side="left")  # past the last seen token starting before its end
+    out = np.zeros((len(spans), *rows.shape[1:]), dtype=np.float32)
+    for i, (lo, hi) in enumerate(zip(first, last)):
+        if hi > lo:
+            out[i] = rows[lo] if hi - lo == 1 else rows[lo:hi].mean(axis=0)
+    return Aligned(np.ascontiguousarray(np.moveaxis(out, 0, axis)), last > first)
