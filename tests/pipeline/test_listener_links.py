@@ -144,11 +144,38 @@ def test_a_doc_whose_tokens_changed_after_elmo_is_read_with_its_new_tokens(train
     assert tags(merging) == expected
 
 
-def test_a_disabled_listener_keeps_at_most_the_latest_batch(trained):
-    nlp = spacy.load(trained, disable=["tagger"])
-    docs = list(nlp.pipe(PROBES * 5, batch_size=2))  # kept alive: the handoff could hold layers for all 20
-    assert len(nlp.get_pipe("elmo").handoff) <= 2
-    assert len(docs) == 20
+def _disabled_by_select_pipes(nlp):
+    with nlp.select_pipes(disable=["tagger"]):
+        return list(nlp.pipe(PROBES * 5, batch_size=2))
+
+
+def _disabled_in_pipe(nlp):
+    return list(nlp.pipe(PROBES * 5, batch_size=2, disable=["tagger"]))
+
+
+def _disable_pipe(nlp):
+    nlp.disable_pipe("tagger")
+    return list(nlp.pipe(PROBES * 5, batch_size=2))
+
+
+def _remove_pipe(nlp):
+    nlp.remove_pipe("tagger")
+    return list(nlp.pipe(PROBES * 5, batch_size=2))
+
+
+@pytest.mark.parametrize("skip", [_disabled_by_select_pipes, _disabled_in_pipe, _disable_pipe, _remove_pipe])
+def test_nothing_is_held_for_kept_docs_once_the_listener_does_not_run(trained, skip):
+    nlp = spacy.load(trained)
+    docs = skip(nlp)  # kept alive: a handoff keyed by Doc could hold layers for all 20
+    handoff = nlp.get_pipe("elmo").handoff
+    assert len(docs) == 20 and len(handoff) == 0 and handoff.nbytes == 0
+    assert not handoff.begin_batch()  # nothing listens: the next batch takes the vectors-only path
+
+
+def test_a_listener_back_from_a_pause_reads_the_right_layers(trained, expected):
+    nlp = spacy.load(trained)
+    _disabled_by_select_pipes(nlp)
+    assert tags(nlp) == expected
 
 
 def test_zeros_and_one_warning_only_where_elmo_did_not_run(trained, expected):
@@ -160,6 +187,26 @@ def test_zeros_and_one_warning_only_where_elmo_did_not_run(trained, expected):
         with warnings.catch_warnings():
             warnings.simplefilter("error", ElmoListenerWarning)
             nlp(PROBES[1])  # said once
+    assert tags(nlp) == expected
+
+
+def test_zeros_and_one_warning_when_elmo_is_disabled_at_load(trained):
+    nlp = spacy.load(trained, disable=["elmo"])
+    with pytest.warns(ElmoListenerWarning, match="no 'elmo' component ran"):
+        nlp(PROBES[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ElmoListenerWarning)
+        nlp(PROBES[1])  # said once
+
+
+def test_no_warning_for_a_listener_initialized_after_the_pipeline_ran(trained, expected):
+    nlp = spacy.load(trained)
+    nlp(PROBES[0])
+    tagger2 = nlp.add_pipe("tagger", name="tagger2", config=TAGGER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ElmoListenerWarning)
+        tagger2.initialize(lambda: examples(nlp), nlp=nlp)  # thinc's shape inference runs it on Docs elmo did not see
+        nlp(PROBES[0])
     assert tags(nlp) == expected
 
 
