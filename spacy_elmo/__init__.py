@@ -22,12 +22,12 @@ if TYPE_CHECKING:  # what type checkers see: the lazy names below, with their re
     from .embedder import ElmoEmbedder
     from .model.options import ElmoOptions
     from .pipeline import Elmo, install_vector_hooks, with_vector_hooks
-    from .util.cancel import CallCancelled, CancelHandle
+    from .serving.cancel import CallCancelled, CancelHandle
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
-    "CallCancelled": ".util.cancel",
-    "CancelHandle": ".util.cancel",
+    "CallCancelled": ".serving.cancel",
+    "CancelHandle": ".serving.cancel",
     "Elmo": ".pipeline",
     "ElmoEmbedder": ".embedder",
     "ElmoOptions": ".model.options",

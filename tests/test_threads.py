@@ -138,7 +138,7 @@ def test_one_pipeline_shared_by_8_threads_gives_the_serial_vectors(cache_size):
     assert torch.get_num_threads() == 1  # the biLM's setting (the conftest's too)
 
 
-# --- calls from several threads merged into one biLM batch (batch_requests; tests/test_request_batcher.py tests the batcher) ---
+# --- calls from several threads merged into one biLM batch (batch_requests; tests/serving/test_request_batcher.py tests the batcher) ---
 
 def test_8_threads_one_sentence_each_on_a_shared_embedder_give_the_serial_vectors(allennlp_files):
     """Within float32 rounding (ROUNDING): a merged batch pads and orders rows differently."""

@@ -28,7 +28,7 @@ from ..errors import ElmoError, ElmoSettingsError, InitializeError, PretrainConf
 from ..model.devices import check_device
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
-from ..util.scheduler import lone_batches
+from ..serving.scheduler import lone_batches
 from ..model.batch_cost import row_tokens
 from ..model.options import ElmoOptions
 from ..util.text import make_tokenizer

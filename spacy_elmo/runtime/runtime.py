@@ -19,8 +19,8 @@ from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.load import load_encoder
-from ..util.request_batcher import RequestBatcher
-from ..util.scheduler import Policy, longest_first
+from ..serving import Policy, RequestBatcher, ServingCounts
+from ..serving.scheduler import longest_first
 from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
@@ -48,7 +48,7 @@ class ElmoRuntime:
     no result keeps a run's buffers alive.
     Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
     vectors, and a run pauses between LSTM steps for the shorter calls that arrive while it runs (they run there, in
-    a run of their own); a call made inside a :class:`~spacy_elmo.util.cancel.CancelHandle`'s scope stops, when the
+    a run of their own); a call made inside a :class:`~spacy_elmo.serving.cancel.CancelHandle`'s scope stops, when the
     handle is cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs
     one call at a time, in order, each call one biLM batch (row ``r`` of a call continues row ``r`` of the call
     before, as in AllenNLP).
@@ -80,6 +80,10 @@ class ElmoRuntime:
     @property
     def device(self) -> torch.device:
         return self.encoder.device
+
+    def counts(self) -> ServingCounts:
+        """What the request batcher shared by this runtime's calls has done and is doing (``batch_requests``)."""
+        return self.batcher.counts()
 
     # --- settings ---
 
@@ -171,7 +175,7 @@ class ElmoRuntime:
     def _run(self, items: List[Segment]) -> List[np.ndarray]:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
         batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
-        while it runs (the batcher's :meth:`~spacy_elmo.util.request_batcher.RequestBatcher.pause_point`)."""
+        while it runs (the batcher's :meth:`~spacy_elmo.serving.request_batcher.RequestBatcher.pause_point`)."""
         if self._threads_due:
             self._apply_threads()
         groups: Dict[Optional[MixWeights], List[Segment]] = {}

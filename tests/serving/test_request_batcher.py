@@ -11,9 +11,7 @@ import weakref
 
 import pytest
 
-from spacy_elmo.util.cancel import CallCancelled, CancelHandle
-from spacy_elmo.util.request_batcher import RequestBatcher
-from spacy_elmo.util.scheduler import Policy
+from spacy_elmo.serving import CallCancelled, CancelHandle, Policy, RequestBatcher, ServingCounts
 
 from tests.conftest import JOIN_TIMEOUT, interrupt_main_thread, join_threads, start_threads, wait_until
 
@@ -267,12 +265,14 @@ def test_a_waiting_call_cancelled_from_another_thread_raises_and_its_items_never
     threads += start_threads(cancellable, [(1, 2)], answers)[0]
     threads += start_threads(lambda x: batcher([x])[0], [3], answers)[0]
     wait_until(lambda: batcher.waiting_calls == 3)
+    assert batcher.counts() == ServingCounts(batches_run=0, items_run=0, calls_cancelled=0, waiting_calls=3, running=True)
     handle.cancel()
     wait_until(lambda: batcher.waiting_calls == 2)
     run.release.set()
     join_threads(threads)
     assert isinstance(answers[(1, 2)], CallCancelled) and (answers[0], answers[3]) == (0, 30)
-    assert run.calls == [[0], [3]] and batcher.calls_cancelled == 1
+    assert run.calls == [[0], [3]]
+    assert batcher.counts() == ServingCounts(batches_run=2, items_run=2, calls_cancelled=1, waiting_calls=0, running=False)
 
 
 def test_a_long_call_cancelled_while_its_batch_runs_stops_after_it_and_the_batch_answers_the_others():
