@@ -1,5 +1,6 @@
 """The ``threads`` setting: torch's thread count during the biLM's calls only, restored after, 1 by default;
 and one embedder or pipeline used from several Python threads at once."""
+import contextlib
 import dataclasses
 import math
 import threading
@@ -13,6 +14,8 @@ import torch
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.errors import ElmoSettingsError
+import spacy_elmo.formats.weights
+import spacy_elmo.util.threads
 from spacy_elmo.util.threads import torch_threads
 
 from tests.conftest import ALLENNLP, JOIN_TIMEOUT, ROUNDING, interrupt_main_thread, join_threads, start_threads, wait_until
@@ -29,7 +32,8 @@ def process_threads():
     torch.set_num_threads(before)
 
 
-def test_torch_threads_sets_and_restores(process_threads):
+def test_torch_threads_sets_and_restores(process_threads, monkeypatch):
+    monkeypatch.setattr(spacy_elmo.util.threads, "_held", None)  # no holder's setting stands (as in a fresh process)
     with torch_threads(2):
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == OUTSIDE
@@ -72,6 +76,33 @@ def test_component_sets_its_threads_once_and_leaves_them(process_threads, monkey
     set_once = [] if during == OUTSIDE else [f"set {during}"]
     assert seen == [*set_once, during, during] and torch.get_num_threads() == during
     assert all(doc._.elmo.shape == (len(doc), 32) for doc in docs)
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["serving", "first-run-during-the-check"])
+def test_a_model_loaded_while_another_runtime_serves_leaves_the_servers_thread_count(
+    process_threads, allennlp_files, monkeypatch, warm
+):
+    """A model loads (its weights checked at one thread) in this thread while a runtime set to 2 threads serves from
+    another, inside the check: the runs see 2, before, during and after, and torch keeps 2 after the check. ``warm``:
+    the runtime ran before (its setting stood); else its first run, which applies it, is inside the check."""
+    serving = ElmoEmbedder(*allennlp_files, threads=2)
+    seen = _record_threads(serving.runtime, monkeypatch)
+    if warm:
+        serving.embed_sentence(["Before", "."])
+    check_block = spacy_elmo.formats.weights.torch_threads
+
+    @contextlib.contextmanager
+    def serving_during(threads):
+        with check_block(threads):
+            during, _ = start_threads(lambda words: serving.embed_sentence(list(words)), [("During", "the", "check")])
+            join_threads(during)
+            yield
+
+    monkeypatch.setattr(spacy_elmo.formats.weights, "torch_threads", serving_during)
+    ElmoEmbedder(*allennlp_files)  # threads=1, a setting that applies at its first run: it never runs here
+    serving.embed_sentence(["After", "."])
+    assert [n for n in seen if not isinstance(n, str)] == [2] * (3 if warm else 2)
+    assert torch.get_num_threads() == 2
 
 
 def test_thread_count_does_not_change_the_vectors(allennlp_files):

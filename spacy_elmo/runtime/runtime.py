@@ -19,6 +19,7 @@ from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.load import load_encoder
+from ..util.threads import hold_threads, keep_held_threads
 from ..serving import Policy, RequestBatcher, ServingCounts
 from ..serving.scheduler import longest_first
 from .settings import BiLmSettings
@@ -54,8 +55,9 @@ class ElmoRuntime:
     before, as in AllenNLP).
 
     Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
-    one thread while no call runs. The thread setting is process-wide (torch has no other): it is applied
-    once in each process that runs the biLM, and again only when it changes.
+    one thread while no call runs. The thread setting is process-wide (torch has no other): it is given to the
+    process's one owner of it (:func:`~spacy_elmo.util.threads.hold_threads`) once in each process that runs the
+    biLM, and again only when it changes.
     """
 
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
@@ -176,8 +178,11 @@ class ElmoRuntime:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
         batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
         while it runs (the batcher's :meth:`~spacy_elmo.serving.request_batcher.RequestBatcher.pause_point`)."""
-        if self._threads_due:
-            self._apply_threads()
+        if self._threads_due:  # in this process since it changed, the runtime came here or it forked
+            self._threads_due = False
+            hold_threads(self.settings.threads)
+        elif self.settings.threads is not None:
+            keep_held_threads()  # in this thread too (torch's count is a thread's own once it has run)
         groups: Dict[Optional[MixWeights], List[Segment]] = {}
         for item in items:
             groups.setdefault(item.mix, []).append(item)
@@ -197,12 +202,6 @@ class ElmoRuntime:
         if tensor is None:
             tensor = self._mixes[weights] = torch.tensor(weights, dtype=torch.float32, device=self.device)
         return tensor
-
-    def _apply_threads(self) -> None:
-        """Apply the thread setting, due in this process since it changed, the runtime came here or it forked."""
-        if torch.get_num_threads() != self.settings.threads:
-            torch.set_num_threads(self.settings.threads)
-        self._threads_due = False
 
     # --- state and cache ---
 
