@@ -18,7 +18,7 @@ from ..model.batch_cost import row_tokens
 from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
-from ..sources.load import load_encoder
+from ..sources.load import SavedBiLm, load_encoder
 from ..util.threads import hold_threads, keep_held_threads
 from ..serving import Policy, RequestBatcher, ServingCounts
 from ..serving.scheduler import longest_first
@@ -71,9 +71,13 @@ class ElmoRuntime:
         _RUNTIMES.add(self)
 
     @classmethod
-    def load(cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None) -> "ElmoRuntime":
-        """Read the biLM that ``settings`` names (its files, a downloaded model's name, or the embedded model)."""
-        return cls(load_encoder(settings.options_file, settings.weight_file, settings.lang, device), settings)
+    def load(
+        cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None, saved: Optional[SavedBiLm] = None
+    ) -> "ElmoRuntime":
+        """Read the biLM of ``saved`` bytes, else the one ``settings`` names (its files, a downloaded model's name,
+        or the embedded model), onto ``device`` (checked first; default the CPU)."""
+        encoder = load_encoder(settings.options_file, settings.weight_file, settings.lang, device, saved)
+        return cls(encoder, settings)
 
     @property
     def options(self) -> ElmoOptions:
