@@ -29,7 +29,7 @@ _LAZY = {
     "CallCancelled": ".serving.cancel",
     "CancelHandle": ".serving.cancel",
     "Elmo": ".pipeline",
-    "ElmoEmbedder": ".embedder",
+    "ElmoEmbedder": ".embedder",  # stateless by default; AllenNLP 0.9's, stateful, is spacy_elmo.allennlp's
     "ElmoOptions": ".model.options",
     "install_vector_hooks": ".pipeline",
     "with_vector_hooks": ".pipeline",

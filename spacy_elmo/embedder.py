@@ -1,8 +1,8 @@
-"""``ElmoEmbedder``: ELMo vectors for tokenised sentences as numpy arrays, outside spaCy.
+"""``spacy_elmo.ElmoEmbedder``: ELMo vectors for tokenised sentences as numpy arrays, outside spaCy.
 
-Its methods follow AllenNLP 0.9's class of the same name, so existing code ports by changing
-the import. Unlike the reference it is deterministic by default: see ``initial_state`` and
-``stateful``.
+Its methods follow AllenNLP 0.9's class of the same name, but it is not that class (``spacy_elmo.allennlp``'s, which
+keeps 0.9's carried state): it is deterministic by default, see ``initial_state`` and ``stateful``, and
+docs/api.md, "Two classes called ElmoEmbedder".
 """
 import reprlib
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
@@ -28,7 +28,7 @@ Vectors = npt.NDArray[np.float32]
 
 
 class ElmoEmbedder:
-    """Embed sentences with a pretrained biLM.
+    """spacy-elmo's own embedder, stateless by default (not AllenNLP 0.9's ``spacy_elmo.allennlp.ElmoEmbedder``).
 
     options_file, weight_file: AllenNLP/bilm-tf ``options.json`` and weights ``.hdf5``; both None
         means the model embedded in this package for ``lang``. ``options_file`` alone may be the name
@@ -93,6 +93,9 @@ class ElmoEmbedder:
         if cache_words is not None:
             self.runtime.fill_cache(cache_words)
 
+    def __repr__(self) -> str:
+        return f"spacy_elmo.ElmoEmbedder({self.runtime.describe()})"
+
     @property
     def settings(self) -> BiLmSettings:
         return self.runtime.settings
@@ -138,13 +141,13 @@ def _token_lists(batch: Iterable[Sentence]) -> List[List[str]]:
     if isinstance(batch, (str, Doc, Span)):
         one = "embed_sentence(text.split())" if isinstance(batch, str) else "embed_sentence(doc)"
         raise TypeError(
-            f"ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}: pass a sentence as a list "
+            f"spacy_elmo.ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}: pass a sentence as a list "
             f"of tokens or a spaCy Doc, e.g. {one}, and a batch as a list of them"
         )
     try:
         sentences = iter(batch)
     except TypeError:
-        raise TypeError(f"ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}") from None
+        raise TypeError(f"spacy_elmo.ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}") from None
     return [_sentence_tokens(sentence, position) for position, sentence in enumerate(sentences)]
 
 
@@ -155,13 +158,13 @@ def _sentence_tokens(sentence: Sentence, position: int) -> List[str]:
     where = f"sentence {position} of the batch"
     if isinstance(sentence, str):
         raise TypeError(
-            f"ElmoEmbedder takes tokenised sentences, found the string {sentence[:40]!r} as {where}: pass a sentence "
+            f"spacy_elmo.ElmoEmbedder takes tokenised sentences, found the string {sentence[:40]!r} as {where}: pass a sentence "
             f"as a list of tokens, e.g. embed_sentence(text.split()) or a spaCy Doc, and a batch as a list of them"
         )
     try:
         tokens = iter(sentence)
     except TypeError:
-        raise TypeError(f"ElmoEmbedder: {where} is {_describe(sentence)}; expected a list of str tokens or a spaCy Doc") from None
+        raise TypeError(f"spacy_elmo.ElmoEmbedder: {where} is {_describe(sentence)}; expected a list of str tokens or a spaCy Doc") from None
     texts = list(tokens)
     if set(map(type, texts)) <= {str}:  # the usual case, checked at C speed
         return texts
@@ -175,7 +178,7 @@ def _token_text(token: Union[str, Token], index: int, where: str) -> str:
     if isinstance(token, str):
         return token
     deeper = "; a sentence nested one level too deep?" if isinstance(token, (list, tuple, Doc, Span)) else ""
-    raise TypeError(f"ElmoEmbedder: token {index} of {where} is {_describe(token)}; tokens must be str (or spaCy Tokens){deeper}")
+    raise TypeError(f"spacy_elmo.ElmoEmbedder: token {index} of {where} is {_describe(token)}; tokens must be str (or spaCy Tokens){deeper}")
 
 
 def _describe(value: object) -> str:

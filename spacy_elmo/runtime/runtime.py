@@ -87,6 +87,12 @@ class ElmoRuntime:
     def device(self) -> torch.device:
         return self.encoder.device
 
+    def describe(self) -> str:
+        """What tells this biLM and its running apart, for the reprs of the classes that hold one."""
+        options, settings = self.options, self.settings
+        return (f"stateful={settings.stateful}, layers={options.n_output_layers}, dim={options.output_dim}, "
+                f"precision={settings.precision!r}, device='{self.device}'")
+
     def counts(self) -> ServingCounts:
         """What the request batcher shared by this runtime's calls has done and is doing (``batch_requests``)."""
         return self.batcher.counts()
