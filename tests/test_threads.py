@@ -312,7 +312,7 @@ def test_after_ctrl_c_in_a_merged_batch_every_other_caller_gets_its_own_vectors(
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[:1])
     wait_until(lambda: len(calls) == 1)
     threads += start_threads(lambda s: shared.embed_sentence(list(s)), sentences[1:], answers)[0]
-    wait_until(lambda: shared.runtime.batcher.waiting_calls == 8)
+    wait_until(lambda: shared.runtime.batcher.counts().waiting_calls == 8)
     release.set()
     join_threads(threads)
     answers.pop("order")
@@ -350,9 +350,9 @@ def test_a_long_call_shares_batches_of_shared_batch_tokens_with_short_ones_and_a
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[47:])
     wait_until(lambda: len(batches) == 1)
     threads += start_threads(lambda call: shared.embed_batch([list(s) for s in call]), [long_call], answers)[0]
-    wait_until(lambda: shared.runtime.batcher.waiting_calls == 2)
+    wait_until(lambda: shared.runtime.batcher.counts().waiting_calls == 2)
     threads += start_threads(lambda s: shared.embed_sentence(list(s)), shorts, answers)[0]
-    wait_until(lambda: shared.runtime.batcher.waiting_calls == 9)
+    wait_until(lambda: shared.runtime.batcher.counts().waiting_calls == 9)
     release.set()
     join_threads(threads)
     assert all(len(batch) * max(len(s) + 2 for s in batch) <= 120 for batch in batches)

@@ -7,8 +7,6 @@ request batcher and the thread setting. It is built once per model and changed o
 settings is decided per call.
 """
 import dataclasses
-import os
-import weakref
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -26,9 +24,6 @@ from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
 MixWeights = Tuple[float, ...]
-
-# Every runtime of this process: a forked child applies their thread settings again, in its own process.
-_RUNTIMES: "weakref.WeakSet[ElmoRuntime]" = weakref.WeakSet()
 
 
 class Segment(NamedTuple):
@@ -66,9 +61,8 @@ class ElmoRuntime:
         self.batcher = RequestBatcher(self._run, Policy(padded=True))
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
-        self._threads_due = False  # the thread setting is still to apply in this process, at the next run
+        self._threads_due = False  # the thread setting is still to hold in this process, at the next run
         self._apply(settings, None)
-        _RUNTIMES.add(self)
 
     @classmethod
     def load(
@@ -188,11 +182,11 @@ class ElmoRuntime:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
         batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
         while it runs (the batcher's :meth:`~spacy_elmo.serving.request_batcher.RequestBatcher.pause_point`)."""
-        if self._threads_due:  # in this process since it changed, the runtime came here or it forked
+        if self._threads_due:  # since it changed, or since this copy came to this process
             self._threads_due = False
             hold_threads(self.settings.threads)
         elif self.settings.threads is not None:
-            keep_held_threads()  # in this thread too (torch's count is a thread's own once it has run)
+            keep_held_threads()  # in this thread, or again after a fork
         groups: Dict[Optional[MixWeights], List[Segment]] = {}
         for item in items:
             groups.setdefault(item.mix, []).append(item)
@@ -228,18 +222,6 @@ class ElmoRuntime:
         state["_threads_due"] = self.settings.threads is not None  # a copy in another process applies it there
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        _RUNTIMES.add(self)
-
-
-def _threads_due_after_fork() -> None:
-    """In a forked child: every runtime applies its thread setting again, at its next run there."""
-    for runtime in _RUNTIMES:
-        runtime._threads_due = runtime.settings.threads is not None
-
-
-os.register_at_fork(after_in_child=_threads_due_after_fork)
 
 
 def _segment_tokens(segment: Segment) -> int:

@@ -128,18 +128,6 @@ class RequestBatcher:
         self.__dict__.update(state)
         self._init_queue()
 
-    @property
-    def waiting_calls(self) -> int:
-        """Calls queued and not answered yet (those in the running batch included)."""
-        with self._ready:
-            return len(self._queue)
-
-    @property
-    def leading(self) -> bool:
-        """A caller's thread is planning or running a batch."""
-        with self._ready:
-            return self._leader is not None
-
     def counts(self) -> ServingCounts:
         """The batcher's counts, taken together under its lock."""
         with self._ready:

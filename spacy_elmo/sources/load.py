@@ -18,11 +18,8 @@ from ..util.files import PathLike
 from .resolve import DEFAULT_LANG, model_files
 
 
-class SavedBiLm(NamedTuple):
-    """A biLM saved as bytes: its ``options.json`` text and its hdf5 weights."""
-
-    options: str
-    weights: bytes
+# A biLM saved as bytes: its options.json text and its hdf5 weights.
+SavedBiLm = NamedTuple("SavedBiLm", [("options", str), ("weights", bytes)])
 
 
 def load_encoder(
