@@ -50,9 +50,8 @@ class ElmoRuntime:
     before, as in AllenNLP).
 
     Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
-    one thread while no call runs. The thread setting is process-wide (torch has no other): it is given to the
-    process's one owner of it (:func:`~spacy_elmo.util.threads.hold_threads`) once in each process that runs the
-    biLM, and again only when it changes.
+    one thread while no call runs. The thread setting goes to the process's one owner of torch's thread count
+    (``util/threads.py``) when it changes and once in each process; nothing is decided per call.
     """
 
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):

@@ -1,6 +1,4 @@
-"""Serving one model to many threads, without knowing the model: calls run together in the batches the scheduler
-plans (:class:`RequestBatcher`, :class:`Policy`), cancelled from another thread (:class:`CancelHandle`), counted
-for monitoring (:class:`ServingCounts`)."""
+"""One model served to many threads, without knowing the model: calls batched, cancelled and counted."""
 from .cancel import CallCancelled, CancelHandle
 from .request_batcher import RequestBatcher, ServingCounts
 from .scheduler import Policy

@@ -1,9 +1,5 @@
-"""A biLM read from where it comes from: its files, a downloaded model's name, the model embedded for a language, or
-saved bytes (a pipeline's), onto a checked device: the one loader (:meth:`~spacy_elmo.runtime.ElmoRuntime.load`
-builds every runtime on it: ``ElmoEmbedder``, the ``elmo`` component, ``embed``, the AllenNLP classes).
-
-Resolving the source, reading its formats and checking the device happen in one order, in one place. (Pretraining,
-which starts from files it was given, reads them with ``formats.weights.load_files``.)
+"""The one loader of a biLM for every runtime: from its files, a downloaded model's name, the embedded model or saved
+bytes, onto a checked device, in one order. (Pretraining reads the files it is given with ``load_files``.)
 """
 import json
 from typing import NamedTuple, Optional, Union
