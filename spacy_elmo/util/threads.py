@@ -23,6 +23,7 @@ _restore: Optional[int] = None  # the count before the blocks, when they set the
 
 
 def _set(threads: int) -> None:
+    """Make ``threads`` this thread's count, and the one new threads take (nothing when it is already)."""
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
 
