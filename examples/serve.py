@@ -88,10 +88,9 @@ def load_pipeline() -> spacy.language.Language:
 
 nlp = load_pipeline()
 runtime = nlp.get_pipe("elmo").runtime
-batcher = runtime.batcher  # its counts, for /stats
-# What the model reads of a token: its first MAX_CHARS - 2 UTF-8 bytes (characters, for a model with a character table).
-MAX_TOKEN_UNITS = runtime.encoder.options.max_characters_per_token - 2
-TOKEN_UNITS_ARE_BYTES = runtime.encoder.options.char_vocabulary is None
+# What the model reads of a token: its first MAX_TOKEN_UNITS UTF-8 bytes (characters, for a model with a character table).
+MAX_TOKEN_UNITS = runtime.options.max_token_units
+TOKEN_UNITS_ARE_BYTES = runtime.options.char_vocabulary is None
 MAX_TEXT_CHARS = limit_from_env("ELMO_MAX_TEXT_CHARS", nlp.max_length)
 MAX_BODY_BYTES = limit_from_env("ELMO_MAX_BODY_BYTES", JSON_BYTES_PER_CHAR * MAX_TEXT_CHARS + BODY_OVERHEAD)
 nlp.max_length = MAX_TEXT_CHARS
@@ -269,6 +268,4 @@ def health() -> dict:
 def stats() -> dict:
     """What the biLM has done: batches run, segments (sentences or windows) run, calls cancelled; and now: calls
     waiting, and whether a batch is running."""
-    return {"batches_run": batcher.batches_run, "items_run": batcher.items_run,
-            "calls_cancelled": batcher.calls_cancelled, "waiting_calls": batcher.waiting_calls,
-            "running": batcher.leading}
+    return runtime.counts()._asdict()

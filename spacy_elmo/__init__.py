@@ -22,14 +22,14 @@ if TYPE_CHECKING:  # what type checkers see: the lazy names below, with their re
     from .embedder import ElmoEmbedder
     from .model.options import ElmoOptions
     from .pipeline import Elmo, install_vector_hooks, with_vector_hooks
-    from .util.cancel import CallCancelled, CancelHandle
+    from .serving.cancel import CallCancelled, CancelHandle
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
-    "CallCancelled": ".util.cancel",
-    "CancelHandle": ".util.cancel",
+    "CallCancelled": ".serving.cancel",
+    "CancelHandle": ".serving.cancel",
     "Elmo": ".pipeline",
-    "ElmoEmbedder": ".embedder",
+    "ElmoEmbedder": ".embedder",  # stateless by default; AllenNLP 0.9's, stateful, is spacy_elmo.allennlp's
     "ElmoOptions": ".model.options",
     "install_vector_hooks": ".pipeline",
     "with_vector_hooks": ".pipeline",

@@ -1,8 +1,8 @@
-"""``ElmoEmbedder``: ELMo vectors for tokenised sentences as numpy arrays, outside spaCy.
+"""``spacy_elmo.ElmoEmbedder``: ELMo vectors for tokenised sentences as numpy arrays, outside spaCy.
 
-Its methods follow AllenNLP 0.9's class of the same name, so existing code ports by changing
-the import. Unlike the reference it is deterministic by default: see ``initial_state`` and
-``stateful``.
+Its methods follow AllenNLP 0.9's class of the same name, but it is not that class (``spacy_elmo.allennlp``'s, which
+keeps 0.9's carried state): it is deterministic by default, see ``initial_state`` and ``stateful``, and
+docs/api.md, "Two classes called ElmoEmbedder".
 """
 import reprlib
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
@@ -28,37 +28,14 @@ Vectors = npt.NDArray[np.float32]
 
 
 class ElmoEmbedder:
-    """Embed sentences with a pretrained biLM.
+    """spacy-elmo's own embedder, stateless by default (not AllenNLP 0.9's ``spacy_elmo.allennlp.ElmoEmbedder``).
 
-    options_file, weight_file: AllenNLP/bilm-tf ``options.json`` and weights ``.hdf5``; both None
-        means the model embedded in this package for ``lang``. ``options_file`` alone may be the name
-        of a downloaded model (``ElmoEmbedder("original")``; see ``python -m spacy_elmo list``).
-    initial_state: where each sentence's LSTMs start: ``"zeros"``, ``"warm"`` (the state after a
-        fixed short text) or ``"auto"`` (default): the start the model was trained from, i.e. "warm"
-        for the published models (trained with carried state) and "zeros" for models made by
-        ``python -m spacy_elmo pretrain``. A sentence's vectors then depend only on the sentence.
-    stateful: carry each batch row's final LSTM state into the same row of the next call, exactly
-        as AllenNLP and bilm-tf do (``reset_states()`` clears it). Results then depend on history.
-    device: torch device ("cpu", "cuda", "cuda:1", ...).
-    cache_size: number of token vectors to keep (0: no cache); ``cache_words`` pre-fills it.
-    max_batch_tokens: padded tokens per biLM batch in the stateless mode.
-    lang: with no files given, use the model embedded for this language ("en" or "zh").
-    threads: torch CPU threads while embedding (default 1, never slow on a busy machine; more can help on idle
-        cores; None keeps torch's own setting). torch's setting is process-wide: it is set when the embedder
-        first runs in a process, and stays.
-    precision: the biLM's matrix products in ``"fp32"`` (default, exact), ``"int8"`` (int8 weights, per-row
-        int8 activations; any x86 CPU, fastest with AVX512-VNNI) or ``"bf16"`` (CPUs with native bf16; refused
-        elsewhere); on a GPU ``"bf16"`` or ``"fp16"``. A sentence's vectors still do not depend on its batch.
-
-    batch_requests: calls from several threads that arrive while the biLM is busy go through it together, as one
-        batch, when it is free (a call finding it free runs at once); each still gets exactly its own vectors.
-    batch_wait_ms: with ``batch_requests``, after a batch that merged several calls, the next call finding the biLM
-        free waits up to this long for as many calls to join (default 1; 0: only calls already waiting are
-        merged; a lone caller never waits).
-    shared_batch_tokens: with ``batch_requests``, padded tokens (rows times the longest row) per biLM run while
-        calls of several threads wait (default 512): a long call is cut into pieces that take turns with short
-        calls, so that a short call waits for one piece, not for all of a long one. A call alone runs batches of
-        ``max_batch_tokens`` (after calls have met, growing back to them from this size).
+    Its arguments (``device`` and ``cache_words`` aside) are :class:`~spacy_elmo.runtime.BiLmSettings` fields, and
+    docs/api.md's ``ElmoEmbedder`` table says what each does (tests/test_readme.py checks that it lists each one).
+    With neither file, the model embedded for ``lang``; ``options_file`` alone may name a downloaded model
+    (``ElmoEmbedder("original")``). A sentence's vectors depend on it alone unless ``stateful=True``, which carries
+    each batch row's final LSTM state into the same row of the next call, as AllenNLP and bilm-tf do
+    (``reset_states()`` clears it).
 
     One embedder may serve several threads at once in the stateless mode (the default), with or without the
     token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to
@@ -92,6 +69,9 @@ class ElmoEmbedder:
         self.runtime = ElmoRuntime.load(settings, device)
         if cache_words is not None:
             self.runtime.fill_cache(cache_words)
+
+    def __repr__(self) -> str:
+        return f"spacy_elmo.ElmoEmbedder({self.runtime.describe()})"
 
     @property
     def settings(self) -> BiLmSettings:
@@ -138,13 +118,13 @@ def _token_lists(batch: Iterable[Sentence]) -> List[List[str]]:
     if isinstance(batch, (str, Doc, Span)):
         one = "embed_sentence(text.split())" if isinstance(batch, str) else "embed_sentence(doc)"
         raise TypeError(
-            f"ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}: pass a sentence as a list "
+            f"spacy_elmo.ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}: pass a sentence as a list "
             f"of tokens or a spaCy Doc, e.g. {one}, and a batch as a list of them"
         )
     try:
         sentences = iter(batch)
     except TypeError:
-        raise TypeError(f"ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}") from None
+        raise TypeError(f"spacy_elmo.ElmoEmbedder takes a batch as a list of sentences, found {_describe(batch)}") from None
     return [_sentence_tokens(sentence, position) for position, sentence in enumerate(sentences)]
 
 
@@ -155,13 +135,13 @@ def _sentence_tokens(sentence: Sentence, position: int) -> List[str]:
     where = f"sentence {position} of the batch"
     if isinstance(sentence, str):
         raise TypeError(
-            f"ElmoEmbedder takes tokenised sentences, found the string {sentence[:40]!r} as {where}: pass a sentence "
+            f"spacy_elmo.ElmoEmbedder takes tokenised sentences, found the string {sentence[:40]!r} as {where}: pass a sentence "
             f"as a list of tokens, e.g. embed_sentence(text.split()) or a spaCy Doc, and a batch as a list of them"
         )
     try:
         tokens = iter(sentence)
     except TypeError:
-        raise TypeError(f"ElmoEmbedder: {where} is {_describe(sentence)}; expected a list of str tokens or a spaCy Doc") from None
+        raise TypeError(f"spacy_elmo.ElmoEmbedder: {where} is {_describe(sentence)}; expected a list of str tokens or a spaCy Doc") from None
     texts = list(tokens)
     if set(map(type, texts)) <= {str}:  # the usual case, checked at C speed
         return texts
@@ -175,7 +155,7 @@ def _token_text(token: Union[str, Token], index: int, where: str) -> str:
     if isinstance(token, str):
         return token
     deeper = "; a sentence nested one level too deep?" if isinstance(token, (list, tuple, Doc, Span)) else ""
-    raise TypeError(f"ElmoEmbedder: token {index} of {where} is {_describe(token)}; tokens must be str (or spaCy Tokens){deeper}")
+    raise TypeError(f"spacy_elmo.ElmoEmbedder: token {index} of {where} is {_describe(token)}; tokens must be str (or spaCy Tokens){deeper}")
 
 
 def _describe(value: object) -> str:

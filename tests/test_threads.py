@@ -1,5 +1,6 @@
 """The ``threads`` setting: torch's thread count during the biLM's calls only, restored after, 1 by default;
 and one embedder or pipeline used from several Python threads at once."""
+import contextlib
 import dataclasses
 import math
 import threading
@@ -13,6 +14,8 @@ import torch
 
 from spacy_elmo import ElmoEmbedder
 from spacy_elmo.errors import ElmoSettingsError
+import spacy_elmo.formats.weights
+import spacy_elmo.util.threads
 from spacy_elmo.util.threads import torch_threads
 
 from tests.conftest import ALLENNLP, JOIN_TIMEOUT, ROUNDING, interrupt_main_thread, join_threads, start_threads, wait_until
@@ -29,7 +32,8 @@ def process_threads():
     torch.set_num_threads(before)
 
 
-def test_torch_threads_sets_and_restores(process_threads):
+def test_torch_threads_sets_and_restores(process_threads, monkeypatch):
+    monkeypatch.setattr(spacy_elmo.util.threads, "_held", None)  # no holder's setting stands (as in a fresh process)
     with torch_threads(2):
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == OUTSIDE
@@ -72,6 +76,33 @@ def test_component_sets_its_threads_once_and_leaves_them(process_threads, monkey
     set_once = [] if during == OUTSIDE else [f"set {during}"]
     assert seen == [*set_once, during, during] and torch.get_num_threads() == during
     assert all(doc._.elmo.shape == (len(doc), 32) for doc in docs)
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["serving", "first-run-during-the-check"])
+def test_a_model_loaded_while_another_runtime_serves_leaves_the_servers_thread_count(
+    process_threads, allennlp_files, monkeypatch, warm
+):
+    """A model loads (its weights checked at one thread) in this thread while a runtime set to 2 threads serves from
+    another, inside the check: the runs see 2, before, during and after, and torch keeps 2 after the check. ``warm``:
+    the runtime ran before (its setting stood); else its first run, which applies it, is inside the check."""
+    serving = ElmoEmbedder(*allennlp_files, threads=2)
+    seen = _record_threads(serving.runtime, monkeypatch)
+    if warm:
+        serving.embed_sentence(["Before", "."])
+    check_block = spacy_elmo.formats.weights.torch_threads
+
+    @contextlib.contextmanager
+    def serving_during(threads):
+        with check_block(threads):
+            during, _ = start_threads(lambda words: serving.embed_sentence(list(words)), [("During", "the", "check")])
+            join_threads(during)
+            yield
+
+    monkeypatch.setattr(spacy_elmo.formats.weights, "torch_threads", serving_during)
+    ElmoEmbedder(*allennlp_files)  # threads=1, a setting that applies at its first run: it never runs here
+    serving.embed_sentence(["After", "."])
+    assert [n for n in seen if not isinstance(n, str)] == [2] * (3 if warm else 2)
+    assert torch.get_num_threads() == 2
 
 
 def test_thread_count_does_not_change_the_vectors(allennlp_files):
@@ -138,7 +169,7 @@ def test_one_pipeline_shared_by_8_threads_gives_the_serial_vectors(cache_size):
     assert torch.get_num_threads() == 1  # the biLM's setting (the conftest's too)
 
 
-# --- calls from several threads merged into one biLM batch (batch_requests; tests/test_request_batcher.py tests the batcher) ---
+# --- calls from several threads merged into one biLM batch (batch_requests; tests/serving/test_request_batcher.py tests the batcher) ---
 
 def test_8_threads_one_sentence_each_on_a_shared_embedder_give_the_serial_vectors(allennlp_files):
     """Within float32 rounding (ROUNDING): a merged batch pads and orders rows differently."""
@@ -281,7 +312,7 @@ def test_after_ctrl_c_in_a_merged_batch_every_other_caller_gets_its_own_vectors(
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[:1])
     wait_until(lambda: len(calls) == 1)
     threads += start_threads(lambda s: shared.embed_sentence(list(s)), sentences[1:], answers)[0]
-    wait_until(lambda: shared.runtime.batcher.waiting_calls == 8)
+    wait_until(lambda: shared.runtime.batcher.counts().waiting_calls == 8)
     release.set()
     join_threads(threads)
     answers.pop("order")
@@ -319,9 +350,9 @@ def test_a_long_call_shares_batches_of_shared_batch_tokens_with_short_ones_and_a
     threads, answers = start_threads(lambda s: shared.embed_sentence(list(s)), sentences[47:])
     wait_until(lambda: len(batches) == 1)
     threads += start_threads(lambda call: shared.embed_batch([list(s) for s in call]), [long_call], answers)[0]
-    wait_until(lambda: shared.runtime.batcher.waiting_calls == 2)
+    wait_until(lambda: shared.runtime.batcher.counts().waiting_calls == 2)
     threads += start_threads(lambda s: shared.embed_sentence(list(s)), shorts, answers)[0]
-    wait_until(lambda: shared.runtime.batcher.waiting_calls == 9)
+    wait_until(lambda: shared.runtime.batcher.counts().waiting_calls == 9)
     release.set()
     join_threads(threads)
     assert all(len(batch) * max(len(s) + 2 for s in batch) <= 120 for batch in batches)

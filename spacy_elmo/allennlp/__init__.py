@@ -1,8 +1,8 @@
 """A drop-in for AllenNLP's ELMo classes, without AllenNLP: change the import, keep the code.
 
 ``from spacy_elmo.allennlp import Elmo, batch_to_ids`` for ``allennlp.modules.elmo``, ``ScalarMix`` for
-``allennlp.modules.scalar_mix``, ``ElmoEmbedder`` for 0.9's ``allennlp.commands.elmo`` (also at
-``spacy_elmo.allennlp.commands.elmo``, with 0.9's ``DEFAULT_OPTIONS_FILE`` and ``DEFAULT_WEIGHT_FILE``) and
+``allennlp.modules.scalar_mix``, ``ElmoEmbedder`` for 0.9's (stateful; not ``spacy_elmo.ElmoEmbedder``), also at
+``spacy_elmo.allennlp.commands.elmo``, with 0.9's ``DEFAULT_OPTIONS_FILE`` and ``DEFAULT_WEIGHT_FILE``, and
 ``ConfigurationError`` for ``allennlp.common.checks``. Only torch, numpy and h5py are imported: no spaCy, no
 thinc. docs/migrating.md says what differs (nothing by default) and what the opt-ins give.
 """

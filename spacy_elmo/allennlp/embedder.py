@@ -1,4 +1,5 @@
-"""AllenNLP 0.9's ``ElmoEmbedder`` (``allennlp.commands.elmo``, removed in 1.0) on this package's biLM.
+"""AllenNLP 0.9's ``ElmoEmbedder`` (``allennlp.commands.elmo``, removed in 1.0) on this package's biLM: stateful, as
+0.9's was; not ``spacy_elmo.ElmoEmbedder`` (docs/api.md, "Two classes called ElmoEmbedder").
 
 Tools built on it (SeqVec, flair's ELMo embeddings) port by changing the import. Its results are 0.9's: the three
 layers of each sentence, LSTM state carried from call to call as 0.9 did, HDF5 files in 0.9's layout.
@@ -32,14 +33,15 @@ def default_model() -> str:
     """The name of 0.9's default model where it is downloaded; else a one-line error saying how to get it."""
     if not (model_dir(DEFAULT_MODEL) / MANIFEST).is_file():
         raise NotDownloadedError(
-            f"ElmoEmbedder() uses the published '{DEFAULT_MODEL}' model, which is not downloaded: run python -m "
+            f"spacy_elmo.allennlp.ElmoEmbedder() uses the published '{DEFAULT_MODEL}' model, which is not downloaded: run python -m "
             f"spacy_elmo download {DEFAULT_MODEL}, or pass options_file and weight_file"
         )
     return DEFAULT_MODEL
 
 
 class ElmoEmbedder:
-    """Embed tokenised sentences as AllenNLP 0.9 did: ``(3, n_tokens, 2 * projection_dim)`` float32 arrays.
+    """AllenNLP 0.9's embedder, stateful as 0.9's (not ``spacy_elmo.ElmoEmbedder``, stateless by default): tokenised
+    sentences as ``(3, n_tokens, 2 * projection_dim)`` float32 arrays.
 
     ``options_file``, ``weight_file``: the biLM (``options_file`` alone may be a downloaded model's name, and a
     published model's URLs, such as 0.9's ``DEFAULT_OPTIONS_FILE`` and ``DEFAULT_WEIGHT_FILE``, stand for it once it
@@ -65,6 +67,9 @@ class ElmoEmbedder:
         self.elmo_bilm = ElmoBiLm(options_file, weight_file, device=device, **settings)
         self.elmo_bilm.eval()
         self.cuda_device = cuda_device
+
+    def __repr__(self) -> str:
+        return f"spacy_elmo.allennlp.ElmoEmbedder({self.elmo_bilm.runtime.describe()})"
 
     def reset_states(self) -> None:
         """Forget the carried LSTM state."""

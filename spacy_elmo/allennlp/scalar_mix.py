@@ -3,10 +3,7 @@
 ``gamma * sum_k softmax(s)_k * L_k`` (Peters et al., 2018, eq. 1). With ``do_layer_norm`` every layer is first
 normalised by one mean and one variance taken over all unmasked (position, dimension) pairs of the whole batch,
 without a learned scale or shift, ``(L - mean) / sqrt(var + LAYER_NORM_EPS)``. Padded positions are normalised
-with the same numbers (they are not zeroed), as in AllenNLP.
-
-The spaCy listener's mix (``spacy_elmo/pipeline/listener_mix.py``) normalises per Doc without the boundary tokens
-and adds an L2 penalty; it is written for thinc, so it does not use this module.
+with the same numbers (they are not zeroed), as in AllenNLP. How it differs from the fixed mix and the listener's: docs/api.md, "Layer mixes".
 """
 from typing import Optional, Sequence
 

@@ -1,7 +1,7 @@
 """What a segment costs a biLM batch: its row's tokens.
 
 A batch costs ``rows * longest row`` padded tokens (the scheduler's cost model,
-:func:`~spacy_elmo.util.scheduler.batch_tokens`), each row a segment with its ``<S>`` and ``</S>`` marks
+:func:`~spacy_elmo.serving.scheduler.batch_tokens`), each row a segment with its ``<S>`` and ``</S>`` marks
 (:func:`row_tokens`), so that a bound on a batch's tokens bounds the memory of one biLM call however long the
 segments are.
 """

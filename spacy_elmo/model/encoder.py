@@ -144,7 +144,7 @@ class ElmoEncoder(nn.Module):
         if token is None:
             return
         self._truncation_reported = True
-        limit = max_chars - 2
+        limit = self.options.max_token_units
         shown = token if len(token) <= 30 else token[:30] + "..."
         warnings.warn(
             f"The token {shown!r} is {n_bytes(token)} bytes long in UTF-8, but this ELMo model reads only the "

@@ -1,7 +1,8 @@
 """Fixed mixes of the biLM layers: ``"average"``, ``"top"`` or one weight per layer.
 
 Used where the weights are a setting, not learned: the ``elmo`` component's ``Doc._.elmo`` and
-the ``embed`` command's ``--layers``. (A listener learns its own mix: ``spacy_elmo.pipeline.listener_mix``.)
+the ``embed`` command's ``--layers``. (The three mixes, this, a listener's and AllenNLP's, and how they differ:
+docs/api.md, "Layer mixes".)
 """
 from typing import Literal, Sequence, Union, get_args
 

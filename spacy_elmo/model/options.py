@@ -105,6 +105,12 @@ class ElmoOptions:
         return self.extra.get("char_cnn", {}).get("vocabulary")
 
     @property
+    def max_token_units(self) -> int:
+        """What the model reads of a token: its first this many UTF-8 bytes (characters, with a character table);
+        two of ``max_characters_per_token`` mark the token's start and end."""
+        return self.max_characters_per_token - 2
+
+    @property
     def word_embedding(self) -> Optional[Dict[str, Any]]:
         """The word table (``dim``, ``words`` in id order, names of the special entries), if any."""
         return self.extra.get("word_embedding")

@@ -10,12 +10,10 @@ import torch
 from thinc.api import PyTorchShim, get_torch_default_device, xp2torch
 
 from ..errors import ElmoWeightsError
-from ..model.encoder import ElmoEncoder
 from ..model.segment_encoder import SegmentEncoder
-from ..model.options import ElmoOptions
 from ..runtime import BiLmSettings, ElmoRuntime
-from ..model.devices import check_device
-from ..formats.weights import bilm_from_bytes, storage_dtype, weights_to_bytes
+from ..formats.weights import storage_dtype, weights_to_bytes
+from ..sources.load import SavedBiLm
 
 
 class ElmoShim(PyTorchShim):
@@ -112,9 +110,7 @@ class ElmoShim(PyTorchShim):
             text, weights = record.get("options"), record.get("weights")
             if not (isinstance(text, str) and isinstance(weights, bytes) and record.get("sha256") == _sha256(text, weights)):
                 raise ElmoWeightsError("its options and hdf5 weights fail their SHA-256 check")
-            options = ElmoOptions.from_dict(json.loads(text), source="serialized ELMo options")
-            device = check_device(str(get_torch_default_device()))
-            self._set_runtime(ElmoRuntime(ElmoEncoder(bilm_from_bytes(options, weights)).to(device), self.settings))
+            self._set_runtime(ElmoRuntime.load(self.settings, get_torch_default_device(), SavedBiLm(text, weights)))
         return self
 
 

@@ -28,7 +28,8 @@ from ..errors import ElmoError, ElmoSettingsError, InitializeError, PretrainConf
 from ..model.devices import check_device
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
-from ..util.scheduler import lone_batches
+from ..serving.scheduler import lone_batches
+from ..util.threads import hold_threads
 from ..model.batch_cost import row_tokens
 from ..model.options import ElmoOptions
 from ..util.text import make_tokenizer
@@ -228,7 +229,7 @@ class Trainer:
         self.device = _device(int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))))
         self.rank, self.world, self._owns_group = _distributed()
         if config.training.threads > 0:
-            torch.set_num_threads(config.training.threads)
+            hold_threads(config.training.threads)
         self.precision, self.precision_reason = _precision(config.training.bf16, self.device)
         resuming = (self.output_dir / CHECKPOINT).exists()
         saved = check_resumable(self.output_dir / "config.cfg", raw_config) if resuming else {}

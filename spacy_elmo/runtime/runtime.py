@@ -7,8 +7,6 @@ request batcher and the thread setting. It is built once per model and changed o
 settings is decided per call.
 """
 import dataclasses
-import os
-import weakref
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -18,16 +16,14 @@ from ..model.batch_cost import row_tokens
 from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
-from ..sources.load import load_encoder
-from ..util.request_batcher import RequestBatcher
-from ..util.scheduler import Policy, longest_first
+from ..sources.load import SavedBiLm, load_encoder
+from ..util.threads import hold_threads, keep_held_threads
+from ..serving import Policy, RequestBatcher, ServingCounts
+from ..serving.scheduler import longest_first
 from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
 MixWeights = Tuple[float, ...]
-
-# Every runtime of this process: a forked child applies their thread settings again, in its own process.
-_RUNTIMES: "weakref.WeakSet[ElmoRuntime]" = weakref.WeakSet()
 
 
 class Segment(NamedTuple):
@@ -50,14 +46,14 @@ class ElmoRuntime:
     no result keeps a run's buffers alive.
     Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
     vectors, and a run pauses between LSTM steps for the shorter calls that arrive while it runs (they run there, in
-    a run of their own); a call made inside a :class:`~spacy_elmo.util.cancel.CancelHandle`'s scope stops, when the
+    a run of their own); a call made inside a :class:`~spacy_elmo.serving.cancel.CancelHandle`'s scope stops, when the
     handle is cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs
     one call at a time, in order, each call one biLM batch (row ``r`` of a call continues row ``r`` of the call
     before, as in AllenNLP).
 
     Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
-    one thread while no call runs. The thread setting is process-wide (torch has no other): it is applied
-    once in each process that runs the biLM, and again only when it changes.
+    one thread while no call runs. The thread setting goes to the process's one owner of torch's thread count
+    (``util/threads.py``) when it changes and once in each process; nothing is decided per call.
     """
 
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
@@ -66,14 +62,17 @@ class ElmoRuntime:
         self.batcher = RequestBatcher(self._run, Policy(padded=True))
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
-        self._threads_due = False  # the thread setting is still to apply in this process, at the next run
+        self._threads_due = False  # the thread setting is still to hold in this process, at the next run
         self._apply(settings, None)
-        _RUNTIMES.add(self)
 
     @classmethod
-    def load(cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None) -> "ElmoRuntime":
-        """Read the biLM that ``settings`` names (its files, a downloaded model's name, or the embedded model)."""
-        return cls(load_encoder(settings.options_file, settings.weight_file, settings.lang, device), settings)
+    def load(
+        cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None, saved: Optional[SavedBiLm] = None
+    ) -> "ElmoRuntime":
+        """Read the biLM of ``saved`` bytes, else the one ``settings`` names (its files, a downloaded model's name,
+        or the embedded model), onto ``device`` (checked first; default the CPU)."""
+        encoder = load_encoder(settings.options_file, settings.weight_file, settings.lang, device, saved)
+        return cls(encoder, settings)
 
     @property
     def options(self) -> ElmoOptions:
@@ -82,6 +81,16 @@ class ElmoRuntime:
     @property
     def device(self) -> torch.device:
         return self.encoder.device
+
+    def describe(self) -> str:
+        """What tells this biLM and its running apart, for the reprs of the classes that hold one."""
+        options, settings = self.options, self.settings
+        return (f"stateful={settings.stateful}, layers={options.n_output_layers}, dim={options.output_dim}, "
+                f"precision={settings.precision!r}, device='{self.device}'")
+
+    def counts(self) -> ServingCounts:
+        """What the request batcher shared by this runtime's calls has done and is doing (``batch_requests``)."""
+        return self.batcher.counts()
 
     # --- settings ---
 
@@ -178,9 +187,12 @@ class ElmoRuntime:
     def _run(self, items: List[Segment]) -> List[np.ndarray]:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
         batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
-        while it runs (the batcher's :meth:`~spacy_elmo.util.request_batcher.RequestBatcher.pause_point`)."""
-        if self._threads_due:
-            self._apply_threads()
+        while it runs (the batcher's :meth:`~spacy_elmo.serving.request_batcher.RequestBatcher.pause_point`)."""
+        if self._threads_due:  # since it changed, or since this copy came to this process
+            self._threads_due = False
+            hold_threads(self.settings.threads)
+        elif self.settings.threads is not None:
+            keep_held_threads()  # in this thread, or again after a fork
         groups: Dict[Tuple[Optional[MixWeights], bool], List[Segment]] = {}
         for item in items:
             groups.setdefault((item.mix, item.carry), []).append(item)
@@ -201,12 +213,6 @@ class ElmoRuntime:
             tensor = self._mixes[weights] = torch.tensor(weights, dtype=torch.float32, device=self.device)
         return tensor
 
-    def _apply_threads(self) -> None:
-        """Apply the thread setting, due in this process since it changed, the runtime came here or it forked."""
-        if torch.get_num_threads() != self.settings.threads:
-            torch.set_num_threads(self.settings.threads)
-        self._threads_due = False
-
     # --- state and cache ---
 
     def reset_states(self) -> None:
@@ -222,18 +228,6 @@ class ElmoRuntime:
         state["_threads_due"] = self.settings.threads is not None  # a copy in another process applies it there
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        _RUNTIMES.add(self)
-
-
-def _threads_due_after_fork() -> None:
-    """In a forked child: every runtime applies its thread setting again, at its next run there."""
-    for runtime in _RUNTIMES:
-        runtime._threads_due = runtime.settings.threads is not None
-
-
-os.register_at_fork(after_in_child=_threads_due_after_fork)
 
 
 def _segment_tokens(segment: Segment) -> int:

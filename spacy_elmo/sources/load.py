@@ -1,18 +1,21 @@
-"""A biLM read from where it comes from: its files, a downloaded model's name, or the model embedded for a language.
-
-The runtime and the AllenNLP module read their biLM here, so that resolving the source, reading its formats and
-checking the device happen in one order, in one place. (Pretraining, which starts from files it was given, reads
-them with ``formats.weights.load_files``.)
+"""The one loader of a biLM for every runtime: from its files, a downloaded model's name, the embedded model or saved
+bytes, onto a checked device, in one order. (Pretraining reads the files it is given with ``load_files``.)
 """
-from typing import Optional, Union
+import json
+from typing import NamedTuple, Optional, Union
 
 import torch
 
-from ..formats.weights import load_files
+from ..formats.weights import bilm_from_bytes, load_files
 from ..model.devices import check_device
 from ..model.encoder import ElmoEncoder
+from ..model.options import ElmoOptions
 from ..util.files import PathLike
 from .resolve import DEFAULT_LANG, model_files
+
+
+# A biLM saved as bytes: its options.json text and its hdf5 weights.
+SavedBiLm = NamedTuple("SavedBiLm", [("options", str), ("weights", bytes)])
 
 
 def load_encoder(
@@ -20,8 +23,12 @@ def load_encoder(
     weight_file: Optional[PathLike],
     lang: str = DEFAULT_LANG,
     device: Union[str, torch.device, None] = None,
+    saved: Optional[SavedBiLm] = None,
 ) -> ElmoEncoder:
-    """The biLM of an ``options.json`` and weights ``.hdf5`` (or a downloaded model's name as ``options_file``, or
-    neither: the model embedded for ``lang``) on ``device`` (checked first; default the CPU)."""
+    """The biLM of ``saved`` bytes, else of an ``options.json`` and weights ``.hdf5`` (or a downloaded model's name as
+    ``options_file``, or neither: the model embedded for ``lang``), on ``device`` (checked first; default the CPU)."""
     target = check_device(str(device or "cpu"))
+    if saved is not None:
+        options = ElmoOptions.from_dict(json.loads(saved.options), source="serialized ELMo options")
+        return ElmoEncoder(bilm_from_bytes(options, saved.weights)).to(target)
     return ElmoEncoder(load_files(*model_files(options_file, weight_file, lang))).to(target)

@@ -1,10 +1,13 @@
-"""torch's CPU thread count for the length of a block, restored after.
+"""The one owner of torch's CPU thread count in this process: nothing else in the package sets it.
 
-``torch.set_num_threads`` is process-wide: :func:`torch_threads` sets it for a block (a one-off job such as checking
-weights as they load) and then restores the previous value. Calls from several Python threads at once share one
-setting: the first to enter sets it, the last to leave restores the value from before the first (a later entrant
-asking for another count runs with the one in force).
+A holder's setting (:func:`hold_threads`: a runtime, training) stands; a block (:func:`torch_threads`: a one-off job
+such as checking weights) sets its count only while none stands, and puts back after it the count from before, or
+one held meanwhile; blocks of several threads share the first one's setting. torch's count is a thread's own once
+the thread has run torch (OpenMP's), and new threads take the one set last, so a thread that runs for a holder
+applies the held count once (:func:`keep_held_threads`), and again in a forked child. (In ``util``, which knows no
+ELMo, so that ``formats``, the runtime, pretraining and the commands all reach it.)
 """
+import os
 import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional
@@ -12,27 +15,64 @@ from typing import Iterator, Optional
 import torch
 
 _lock = threading.Lock()
-_active = 0  # calls inside torch_threads with a count set
-_previous = 0  # torch's setting before the first of them
+_held: Optional[int] = None  # the count a holder set last: it stands, blocks leave it alone
+_generation = 0  # holds (and forks) so far; a thread that has applied the last keeps it in _local.seen
+_local = threading.local()
+_blocks = 0  # blocks running
+_restore: Optional[int] = None  # the count before the blocks, when they set theirs (None: they set nothing)
+
+
+def _set(threads: int) -> None:
+    """Make ``threads`` this thread's count, and the one new threads take (nothing when it is already)."""
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def hold_threads(threads: int) -> None:
+    """Make ``threads`` torch's count from now on, for a holder that depends on it: blocks leave it in force."""
+    global _held, _generation
+    with _lock:
+        _held, _generation = threads, _generation + 1
+        _set(threads)
+        _local.seen = _generation
+
+
+def keep_held_threads() -> None:
+    """In this thread, the count a holder set last, unless this thread has applied it (on every biLM run: one
+    comparison when it has)."""
+    if getattr(_local, "seen", None) != _generation:
+        with _lock:
+            if _held is not None:
+                _set(_held)
+            _local.seen = _generation
 
 
 @contextmanager
 def torch_threads(threads: Optional[int]) -> Iterator[None]:
-    """Run the block with ``threads`` torch CPU threads (None: unchanged); the previous number is restored after."""
-    global _active, _previous
+    """Run the block with ``threads`` torch CPU threads unless a holder's count stands (None: unchanged)."""
+    global _blocks, _restore
     if threads is None:
         yield
         return
     with _lock:
-        if _active == 0:
-            _previous = torch.get_num_threads()
-            if threads != _previous:
-                torch.set_num_threads(threads)
-        _active += 1
+        if _blocks == 0 and _held is None:
+            _restore = torch.get_num_threads()
+            _set(threads)
+        _blocks += 1
     try:
         yield
     finally:
         with _lock:
-            _active -= 1
-            if _active == 0 and torch.get_num_threads() != _previous:
-                torch.set_num_threads(_previous)
+            _blocks -= 1
+            if _blocks == 0 and _restore is not None:
+                _set(_restore if _held is None else _held)
+                _restore = None
+
+
+def _after_fork_in_child() -> None:
+    """A child has a free lock, no blocks (their threads are not in it), and applies the held count again."""
+    global _lock, _blocks, _restore, _generation
+    _lock, _blocks, _restore, _generation = threading.Lock(), 0, None, _generation + 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

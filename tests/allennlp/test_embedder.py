@@ -107,3 +107,14 @@ def test_an_empty_batch_gives_nothing_and_keeps_the_state(allennlp_files):
     fresh.embed_batch([[], []])
     np.testing.assert_array_equal(embedder.embed_sentence(["a"]), fresh.embed_sentence(["a"]))
 
+
+
+def test_the_two_embedders_called_elmoembedder_say_which_they_are_and_their_state(allennlp_files):
+    """spacy_elmo's is stateless by default, AllenNLP 0.9's carries state: each repr names the class and its mode."""
+    import spacy_elmo
+
+    dim = 2 * json.loads(allennlp_files[0].read_text())["lstm"]["projection_dim"]
+    ours, theirs = spacy_elmo.ElmoEmbedder(*allennlp_files), ElmoEmbedder(*allennlp_files)
+    shown = f"layers=3, dim={dim}, precision='fp32', device='cpu')"
+    assert repr(ours) == f"spacy_elmo.ElmoEmbedder(stateful=False, {shown}"
+    assert repr(theirs) == f"spacy_elmo.allennlp.ElmoEmbedder(stateful=True, {shown}"

@@ -186,7 +186,7 @@ def test_a_short_call_arriving_during_a_long_run_is_served_inside_it_and_both_ge
     def pausing():
         if not threads:  # the long run's first step: the short call arrives
             threads.extend(start_threads(lambda _: runtime.layers(short_call), ["short"], answers)[0])
-            wait_until(lambda: runtime.batcher.waiting_calls == 2)
+            wait_until(lambda: runtime.batcher.counts().waiting_calls == 2)
         pause_point()
 
     monkeypatch.setattr(runtime.segment_encoder, "forward", logged)

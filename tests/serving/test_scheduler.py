@@ -4,7 +4,7 @@ the policy and the time; each expected decision worked out by hand. No threads: 
 plans is in test_request_batcher.py."""
 import pytest
 
-from spacy_elmo.util.scheduler import (
+from spacy_elmo.serving.scheduler import (
     Plan,
     Policy,
     Running,

@@ -2,7 +2,7 @@
 
 A service shares one model between threads. Running each call alone wastes the model's batching; running everything
 queued as one batch makes a short call wait for a long one queued before it. The scheduler
-(:mod:`~spacy_elmo.util.scheduler`) makes every decision: what each batch holds (a token budget, the calls taking
+(:mod:`~spacy_elmo.serving.scheduler`) makes every decision: what each batch holds (a token budget, the calls taking
 turns: the token budget per step of chunked prefill, as in vLLM and Sarathi-Serve), how long a leader waits for
 calls to join it, whether a running batch gives way and to whom, what runs again after an error. This module keeps
 the queue, the lock and the leader, runs the plans and commits them: one caller at a time leads, plans the next
@@ -16,7 +16,7 @@ Nothing here knows what the items are: ``run`` maps a list of items to one resul
 import itertools
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .cancel import CallCancelled, current_handle
 from .scheduler import Plan, Policy, Running, Turns, Waiting, after_failure, join_wait, pause_due, plan_batch, plan_pause, running
@@ -59,6 +59,17 @@ class _InProgress:
         self.seen = seen
 
 
+class ServingCounts(NamedTuple):
+    """What a batcher has done (batches run to the end, items run, calls cancelled) and is doing (calls waiting,
+    those of the running batch included; whether a batch is being planned or run), for a service's monitoring."""
+
+    batches_run: int
+    items_run: int
+    calls_cancelled: int
+    waiting_calls: int
+    running: bool
+
+
 class _Abandoned(BaseException):
     """Stops a running batch whose calls were all cancelled (a ``BaseException``: the run's own error handling
     must not take it for a failure of its items)."""
@@ -70,29 +81,28 @@ class RequestBatcher:
     ``run`` maps a list of items to one result per item, each result independent of the others in the list, so that
     merging or cutting calls changes no result. One thread at a time runs a batch (the leader: one of the callers
     whose items are not all answered); a call finding nothing running runs at once. Every decision is the
-    scheduler's, by ``policy`` (a :class:`~spacy_elmo.util.scheduler.Policy`; assign a new one to change it) and
+    scheduler's, by ``policy`` (a :class:`~spacy_elmo.serving.scheduler.Policy`; assign a new one to change it) and
     each item's tokens (``tokens`` of a call: a callable item -> int; without it each item has 1): each call's items
     run in the order given.
 
     ``merge=False``: the call's items run alone, all in one ``run``, by the calling thread, after the calls queued
     before it and before those queued after it (for a stateful model, whose results depend on what ran before).
 
-    Errors: when a batch raises an ``Exception``, what :func:`~spacy_elmo.util.scheduler.after_failure` plans runs
+    Errors: when a batch raises an ``Exception``, what :func:`~spacy_elmo.serving.scheduler.after_failure` plans runs
     again (each call's share alone), so that each caller gets its results or the error its own items raise.
     Interrupts, by construction: the leader commits a batch (its calls' progress, the scheduler's turns) only after
     it has run, so a call interrupted (``KeyboardInterrupt`` or any other ``BaseException``, while it waits or while
     it runs a batch) only withdraws: its items not yet answered never run, and the other calls of the batch it was
     running are still waiting, as they were, for the next leader.
-    Cancelling: a call made inside a :class:`~spacy_elmo.util.cancel.CancelHandle`'s scope is cancelled by it from
+    Cancelling: a call made inside a :class:`~spacy_elmo.serving.cancel.CancelHandle`'s scope is cancelled by it from
     any thread: its items not yet run never run (a batch already running finishes, unless all its calls are
-    cancelled and it reaches a :meth:`pause_point`) and its caller gets :class:`~spacy_elmo.util.cancel.CallCancelled`.
+    cancelled and it reaches a :meth:`pause_point`) and its caller gets :class:`~spacy_elmo.serving.cancel.CallCancelled`.
 
     Pausing: ``run`` may call :meth:`pause_point` between its steps, where a batch gives way to calls that arrived
     while it runs, as the scheduler decides, and goes on. Results are the same: each batch computes its items as it
     would alone.
 
-    ``batches_run`` (batches that ran to the end), ``items_run`` and ``calls_cancelled`` count what the batcher has
-    done, for a service's monitoring. Safe to use from several threads: that is its purpose. A copy or pickle gets a
+    :meth:`counts` says what the batcher has done and is doing, for a service's monitoring. Safe to use from several threads: that is its purpose. A copy or pickle gets a
     new, empty queue.
     """
 
@@ -118,17 +128,11 @@ class RequestBatcher:
         self.__dict__.update(state)
         self._init_queue()
 
-    @property
-    def waiting_calls(self) -> int:
-        """Calls queued and not answered yet (those in the running batch included)."""
+    def counts(self) -> ServingCounts:
+        """The batcher's counts, taken together under its lock."""
         with self._ready:
-            return len(self._queue)
-
-    @property
-    def leading(self) -> bool:
-        """A caller's thread is planning or running a batch."""
-        with self._ready:
-            return self._leader is not None
+            done = (self.batches_run, self.items_run, self.calls_cancelled)
+            return ServingCounts(*done, len(self._queue), self._leader is not None)
 
     def __call__(
         self, items: Sequence[Any], merge: bool = True, tokens: Optional[Callable[[Any], int]] = None
@@ -194,8 +198,8 @@ class RequestBatcher:
 
     def pause_point(self) -> None:
         """Called by ``run`` between its steps: in the thread running a batch, once the scheduler's
-        :func:`~spacy_elmo.util.scheduler.pause_due` has come, run the batch it gives way to
-        (:func:`~spacy_elmo.util.scheduler.plan_pause`; a nested batch does not pause), then return so that ``run``
+        :func:`~spacy_elmo.serving.scheduler.pause_due` has come, run the batch it gives way to
+        (:func:`~spacy_elmo.serving.scheduler.plan_pause`; a nested batch does not pause), then return so that ``run``
         goes on. When every call of the batch was cancelled, stop it (``run`` is left by an exception the batcher
         catches). Anywhere else, nothing."""
         current = self._in_progress
@@ -240,7 +244,7 @@ class RequestBatcher:
         return self._queue[0].merge or self._queue[0] is request
 
     def _wait_for_joiners(self, request: _Request) -> None:
-        """Wait as long as the scheduler's :func:`~spacy_elmo.util.scheduler.join_wait` says for calls to join the
+        """Wait as long as the scheduler's :func:`~spacy_elmo.serving.scheduler.join_wait` says for calls to join the
         batch ``request``'s thread leads, unless ``request`` is cancelled meanwhile. Under the lock."""
         started = time.monotonic()
         while not request.done:
@@ -252,7 +256,7 @@ class RequestBatcher:
 
     def _run_batch(self, plan: Plan, batch: List[_Share]) -> List[_Outcome]:
         """Each share's results, all in one ``run``; after an error, what the scheduler runs again
-        (:func:`~spacy_elmo.util.scheduler.after_failure`), or the error, for the share of a batch of one."""
+        (:func:`~spacy_elmo.serving.scheduler.after_failure`), or the error, for the share of a batch of one."""
         try:
             results = self.run([item for call, start, end in batch for item in call.items[start:end]])
         except Exception as err:

@@ -11,9 +11,7 @@ import weakref
 
 import pytest
 
-from spacy_elmo.util.cancel import CallCancelled, CancelHandle
-from spacy_elmo.util.request_batcher import RequestBatcher
-from spacy_elmo.util.scheduler import Policy
+from spacy_elmo.serving import CallCancelled, CancelHandle, Policy, RequestBatcher, ServingCounts
 
 from tests.conftest import JOIN_TIMEOUT, interrupt_main_thread, join_threads, start_threads, wait_until
 
@@ -52,7 +50,7 @@ def queue_behind_a_running_call(
         work = (lambda items: batcher(items, **options) + batcher(again, **options)) if last else (
             lambda items: batcher(items, **options))
         threads += start_threads(work, [items], answers)[0]
-        wait_until(lambda n=n: batcher.waiting_calls == n)  # queued in this order (the running call is still queued)
+        wait_until(lambda n=n: batcher.counts().waiting_calls == n)  # queued in this order (the running call is still queued)
     run.release.set()
     join_threads(threads)
     return answers
@@ -140,7 +138,7 @@ def test_calls_that_do_not_merge_run_alone_whole_and_in_turn_by_their_own_thread
     threads, got = [], {}
     for n, (items, merge) in enumerate([(before, True), (alone, False), (after, True)], start=2):
         threads += start_threads(lambda items, merge=merge: batcher(items, merge=merge), [items], got)[0]
-        wait_until(lambda n=n: batcher.waiting_calls == n)
+        wait_until(lambda n=n: batcher.counts().waiting_calls == n)
     run.release.set()
     join_threads(first + threads)
     assert run.calls == [[0], [1, 2], [3], list(alone), [9]]
@@ -166,11 +164,11 @@ def test_after_a_merged_batch_the_next_leader_waits_for_as_many_calls_to_join():
     first, answers = start_threads(lambda x: batcher([x])[0], [0])
     wait_until(lambda: len(run.calls) == 1)
     merged, more = start_threads(lambda x: batcher([x])[0], [1, 2, 3])
-    wait_until(lambda: batcher.waiting_calls == 4)
+    wait_until(lambda: batcher.counts().waiting_calls == 4)
     run.release.set()
     join_threads(first + merged)
     leader, late = start_threads(lambda x: batcher([x])[0], [4])
-    wait_until(lambda: batcher.leading)  # 4 leads, waiting for three calls as the batch before held
+    wait_until(lambda: batcher.counts().running)  # 4 leads, waiting for three calls as the batch before held
     joining, last = start_threads(lambda x: batcher([x])[0], [5, 6])
     join_threads(leader + joining)
     assert [sorted(c) for c in run.calls] == [[0], [1, 2, 3], [4, 5, 6]]
@@ -241,7 +239,7 @@ def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batch
     threading.Timer(0.5, interrupt_main_thread).start()
     with pytest.raises(KeyboardInterrupt):
         batcher([1])
-    assert batcher.waiting_calls == 1  # the running call alone
+    assert batcher.counts().waiting_calls == 1  # the running call alone
     run.release.set()
     join_threads(first)
     assert answers[0] == 0 and batcher([2]) == [20] and run.calls == [[0], [2]]
@@ -250,7 +248,7 @@ def test_a_waiting_caller_interrupted_by_ctrl_c_withdraws_its_call_and_the_batch
 def test_a_copy_of_a_batcher_has_its_own_empty_queue():
     batcher = RequestBatcher(serial, Policy(batch_wait_ms=2, max_batch_tokens=5))
     twin = pickle.loads(pickle.dumps(batcher))
-    assert (twin.policy, twin.waiting_calls) == (batcher.policy, 0) and twin([1, 2]) == [10, 20]
+    assert (twin.policy, twin.counts().waiting_calls) == (batcher.policy, 0) and twin([1, 2]) == [10, 20]
 
 
 def test_a_waiting_call_cancelled_from_another_thread_raises_and_its_items_never_run():
@@ -266,13 +264,15 @@ def test_a_waiting_call_cancelled_from_another_thread_raises_and_its_items_never
     wait_until(lambda: len(run.calls) == 1)
     threads += start_threads(cancellable, [(1, 2)], answers)[0]
     threads += start_threads(lambda x: batcher([x])[0], [3], answers)[0]
-    wait_until(lambda: batcher.waiting_calls == 3)
+    wait_until(lambda: batcher.counts().waiting_calls == 3)
+    assert batcher.counts() == ServingCounts(batches_run=0, items_run=0, calls_cancelled=0, waiting_calls=3, running=True)
     handle.cancel()
-    wait_until(lambda: batcher.waiting_calls == 2)
+    wait_until(lambda: batcher.counts().waiting_calls == 2)
     run.release.set()
     join_threads(threads)
     assert isinstance(answers[(1, 2)], CallCancelled) and (answers[0], answers[3]) == (0, 30)
-    assert run.calls == [[0], [3]] and batcher.calls_cancelled == 1
+    assert run.calls == [[0], [3]]
+    assert batcher.counts() == ServingCounts(batches_run=2, items_run=2, calls_cancelled=1, waiting_calls=0, running=False)
 
 
 def test_a_long_call_cancelled_while_its_batch_runs_stops_after_it_and_the_batch_answers_the_others():
@@ -290,7 +290,7 @@ def test_a_long_call_cancelled_while_its_batch_runs_stops_after_it_and_the_batch
     threads, answers = start_threads(cancellable, [long_call])
     wait_until(lambda: len(run.calls) == 1)
     threads += start_threads(lambda x: batcher([x])[0], [1], answers)[0]
-    wait_until(lambda: batcher.waiting_calls == 2)
+    wait_until(lambda: batcher.counts().waiting_calls == 2)
     handle.cancel()
     run.release.set()
     join_threads(threads)
@@ -315,7 +315,7 @@ def test_a_leader_cancelled_while_it_waits_for_joiners_lets_the_next_call_lead()
     first, answers = start_threads(lambda x: batcher([x])[0], [0])
     wait_until(lambda: len(run.calls) == 1)
     merged, _ = start_threads(lambda x: batcher([x])[0], [1, 2])
-    wait_until(lambda: batcher.waiting_calls == 3)
+    wait_until(lambda: batcher.counts().waiting_calls == 3)
     run.release.set()
     join_threads(first + merged)
     handle = CancelHandle()
@@ -325,7 +325,7 @@ def test_a_leader_cancelled_while_it_waits_for_joiners_lets_the_next_call_lead()
             return batcher([x])
 
     leader, got = start_threads(cancellable, [4])
-    wait_until(lambda: batcher.leading)
+    wait_until(lambda: batcher.counts().running)
     handle.cancel()
     join_threads(leader)
     after, later = start_threads(lambda x: batcher([x])[0], [5, 6])
@@ -373,7 +373,7 @@ def call_during(run: SteppedRun, batcher: RequestBatcher, first: tuple, later: l
     wait_until(lambda: len(run.log) == 1)
     for n, items in enumerate(later, start=2):
         threads += start_threads(lambda items: batcher(items, tokens=own_tokens, **options), [items], answers)[0]
-        wait_until(lambda n=n: batcher.waiting_calls == n)
+        wait_until(lambda n=n: batcher.counts().waiting_calls == n)
     run.gates[(first[0], 0)].set()
     join_threads(threads)
     return answers
@@ -406,11 +406,11 @@ def test_a_nested_batch_does_not_pause_for_calls_arriving_while_it_runs():
     threads, answers = start_threads(lambda items: batcher(items, tokens=own_tokens), [(43, 42, 41, 40)])
     wait_until(lambda: len(run.log) == 1)
     threads += start_threads(lambda items: batcher(items, tokens=own_tokens), [(10,)], answers)[0]
-    wait_until(lambda: batcher.waiting_calls == 2)
+    wait_until(lambda: batcher.counts().waiting_calls == 2)
     run.gates[(43, 0)].set()
     wait_until(lambda: len(run.log) == 2)  # (10,) runs nested, stopped at its gate
     threads += start_threads(lambda items: batcher(items, tokens=own_tokens), [(2,)], answers)[0]
-    wait_until(lambda: batcher.waiting_calls == 3)
+    wait_until(lambda: batcher.counts().waiting_calls == 3)
     run.gates[(10, 0)].set()
     join_threads(threads)
     assert run.log == [("start", [43, 42, 41, 40]), ("start", [10]), ("end", [10]), ("end", [43, 42, 41, 40]),
@@ -423,9 +423,9 @@ def test_calls_queued_behind_a_call_that_does_not_merge_are_not_served_before_it
     threads, answers = start_threads(lambda items: batcher(items, tokens=own_tokens), [(43, 42, 41, 40)])
     wait_until(lambda: len(run.log) == 1)
     threads += start_threads(lambda items: batcher(items, merge=False, tokens=own_tokens), [(5,)], answers)[0]
-    wait_until(lambda: batcher.waiting_calls == 2)
+    wait_until(lambda: batcher.counts().waiting_calls == 2)
     threads += start_threads(lambda items: batcher(items, tokens=own_tokens), [(7,)], answers)[0]
-    wait_until(lambda: batcher.waiting_calls == 3)
+    wait_until(lambda: batcher.counts().waiting_calls == 3)
     run.gates[(43, 0)].set()
     join_threads(threads)
     assert run.log == [("start", [43, 42, 41, 40]), ("end", [43, 42, 41, 40]), ("start", [5]), ("end", [5]),

@@ -6,7 +6,7 @@ its tokens and the hold after traffic (:func:`budget`), how long a leader waits 
 (:func:`pause_due`) and what runs again after a batch raised (:func:`after_failure`) are decided here, from the
 waiting calls' tokens, the :class:`Turns` carried from batch to batch, the :class:`Policy` and the time, as vLLM's
 scheduler decides each step. Nothing here changes anything, so a caller that never runs a plan (an interrupt) has
-nothing to undo. :class:`~spacy_elmo.util.request_batcher.RequestBatcher` keeps the queue, the lock and the leader,
+nothing to undo. :class:`~spacy_elmo.serving.request_batcher.RequestBatcher` keeps the queue, the lock and the leader,
 and runs and commits the plans; :func:`lone_batches` is the plan of one call alone (evaluation in pretraining).
 
 Cost model, defined once (:func:`batch_tokens`): a padded batch (items padded to the longest) costs its number of
@@ -18,7 +18,7 @@ from typing import FrozenSet, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .numbers import is_number
+from ..util.numbers import is_number
 
 # How long after calls last waited together a call alone keeps shared-size batches: another call may come. Long
 # enough to span the gaps of light traffic (a request every 0.5 s: a gap of 2 s in 2% of Poisson arrivals).
