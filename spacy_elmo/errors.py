@@ -46,10 +46,6 @@ class ManyLangsError(ElmoError):
     """An ELMoForManyLangs folder is incomplete or not of a kind this converter reads."""
 
 
-class LayersAlreadyReadError(ElmoError, ValueError):
-    """A listener asked again for layers it read already, which are gone: they are handed over once."""
-
-
 class VocabularyError(ElmoError, ValueError):
     """A pretraining vocabulary does not start with the special tokens, as pretraining writes it."""
 

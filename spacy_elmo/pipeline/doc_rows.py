@@ -1,8 +1,8 @@
 """Per-token rows that the ``elmo`` component leaves on a Doc, kept so that they follow the Doc wherever spaCy takes it.
 
 One record per annotation, in ``doc.user_data`` under a key of the form spaCy gives a span's ``._`` value,
-``("._.", "elmo_rows", start_char, end_char)``: the characters of each token as the biLM saw it, and its rows
-(vectors and/or layers). spaCy moves such keys by the right character offset in ``Span.as_doc(copy_user_data=True)``
+``("._.", "elmo_rows", start_char, end_char)``: the Doc's text, the characters of each token as the biLM saw it, and
+its rows (vectors and/or layers). spaCy moves such keys by the right character offset in ``Span.as_doc(copy_user_data=True)``
 and ``Doc.from_docs``, copies them with ``Doc.copy()``, and saves them in ``doc.to_bytes()`` and
 ``DocBin(store_user_data=True)``; so the rows go wherever a ``._`` value goes.
 
@@ -44,9 +44,9 @@ def put_rows(doc: Doc, rows: Dict[str, Optional[np.ndarray]]) -> None:
     annotations; a record with no rows still says that the component annotated the Doc."""
     for key in _record_keys(doc):
         del doc.user_data[key]
-    record = {kind: value for kind, value in rows.items() if value is not None}
+    record: Dict[str, Any] = {kind: value for kind, value in rows.items() if value is not None}
     if record:
-        record["spans"] = token_spans(doc)
+        record.update(spans=token_spans(doc), text=doc.text)
     doc.user_data[("._.", ROWS_KEY, 0, len(doc.text))] = record
 
 
@@ -87,7 +87,7 @@ def aligned_rows(doc: Doc, kind: str) -> Optional[Aligned]:
         cached = _cache.get(doc, {}).get(kind)
     if cached is not None and cached[0] == signature and np.array_equal(cached[1], spans):
         return cached[2]
-    found = _align(spans, [(key[2], record["spans"], record[kind]) for key, record in records if kind in record], kind)
+    found = _align(doc.text, spans, [(key[2], record) for key, record in records if kind in record], kind)
     with _cache_lock:
         _cache.setdefault(doc, {})[kind] = (signature, spans, found)
     return found
@@ -103,15 +103,21 @@ def _record_keys(doc: Doc) -> List[Tuple]:
     return sorted(keys, key=lambda key: key[2])
 
 
-def _align(spans: np.ndarray, records: List[Tuple[int, np.ndarray, np.ndarray]], kind: str) -> Optional[Aligned]:
-    """Each current token's mean of the recorded rows that share a character with it (records at their offsets)."""
-    if not records:
+def _align(text: str, spans: np.ndarray, records: List[Tuple[int, Dict[str, Any]]], kind: str) -> Optional[Aligned]:
+    """Each current token's mean of the recorded rows that share a character with it (records at their offsets).
+
+    A recorded row counts only where the Doc's text still holds its token's text: ``Span.as_doc(copy_user_data=True)``
+    copies a record whole, so a Doc joined from such pieces by ``Doc.from_docs`` has rows of other pieces' tokens
+    beside its own, at offsets where its text is another's. Rows recorded twice (pieces of one Doc) count once.
+    """
+    kept = [(offset, record, _fitting(text, offset, record)) for offset, record in records]
+    if not any(fits.any() for _, _, fits in kept):
         return None
     axis = TOKEN_AXIS[kind]
-    seen = np.concatenate([record_spans + offset for offset, record_spans, _ in records])
-    rows = np.concatenate([np.moveaxis(r, axis, 0) for _, _, r in records])  # token axis first
-    order = np.argsort(seen[:, 0], kind="stable")
-    seen, rows = seen[order], rows[order]
+    seen = np.concatenate([record["spans"][fits] + offset for offset, record, fits in kept])
+    rows = np.concatenate([np.moveaxis(record[kind], axis, 0)[fits] for _, record, fits in kept])  # token axis first
+    seen, unique = np.unique(seen, axis=0, return_index=True)  # by first character
+    rows = rows[unique]
     first = np.searchsorted(seen[:, 1], spans[:, 0], side="right")  # the first seen token ending after its start
     last = np.searchsorted(seen[:, 0], spans[:, 1], side="left")  # past the last seen token starting before its end
     out = np.zeros((len(spans), *rows.shape[1:]), dtype=np.float32)
@@ -119,3 +125,12 @@ def _align(spans: np.ndarray, records: List[Tuple[int, np.ndarray, np.ndarray]],
         if hi > lo:
             out[i] = rows[lo] if hi - lo == 1 else rows[lo:hi].mean(axis=0)
     return Aligned(np.ascontiguousarray(np.moveaxis(out, 0, axis)), last > first)
+
+
+def _fitting(text: str, offset: int, record: Dict[str, Any]) -> np.ndarray:
+    """Which of the record's tokens, at ``offset``, have their text at their place in ``text``."""
+    recorded = record["text"]
+    return np.array(
+        [0 <= offset + a and recorded[a:b] == text[offset + a : offset + b] for a, b in record["spans"].tolist()],
+        dtype=bool,
+    )

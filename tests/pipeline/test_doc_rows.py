@@ -124,3 +124,11 @@ def test_copies_and_docbin_keep_the_rows_and_their_alignment(nlp, doc):
     for other in (copy, restored):
         np.testing.assert_array_equal(other[7]._.elmo, vectors[7:9].mean(axis=0))
         np.testing.assert_array_equal(other._.elmo, doc._.elmo)
+
+
+def test_pieces_of_different_docs_joined_read_their_own_rows_where_the_texts_differ(nlp):
+    first, second = nlp("Cats purr loudly . Dogs bark at cars"), nlp("Birds sing . Fish swim in lakes")
+    pieces = [first[0:4].as_doc(copy_user_data=True), second[3:7].as_doc(copy_user_data=True)]  # each copies it all
+    joined = Doc.from_docs(pieces)  # first's rows of "Dogs bark at cars" fall on "Fish swim in lakes"
+    assert joined.text.strip() == "Cats purr loudly . Fish swim in lakes"
+    np.testing.assert_array_equal(joined._.elmo, np.concatenate([first._.elmo[0:4], second._.elmo[3:7]]))
