@@ -40,7 +40,9 @@ import numpy as np
 from common import PRESETS, header, interleaved, load, load_sentences, pretraining_paused, seeded_model, best_time
 
 ModelFiles = Tuple[Optional[str], Optional[str]]
-MEASURES = ("pipe", "one-doc", "threads8", "embed-batch1", "embed-batch32", "memory-100k")
+MEASURES = ("pipe", "one-doc", "pipe-listener", "one-doc-listener", "threads8", "embed-batch1", "embed-batch32",
+            "memory-100k", "kept-2000", "kept-2000-listener-off")
+LISTENING_TAGGER = {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1"}}}
 
 
 def model_files(model: str, directory: Path) -> ModelFiles:
@@ -70,6 +72,17 @@ def elmo_nlp(files: ModelFiles, precision: str = "fp32", **settings):
         nlp.add_pipe("elmo", config={"model": bilm, **settings})
     except ConfigValidationError:
         return None
+    return nlp
+
+
+def listener_nlp(files: ModelFiles, precision: str = "fp32"):
+    """:func:`elmo_nlp` with nothing stored on Docs and an (untrained) tagger listening to it, initialized."""
+    from spacy.training import Example
+
+    nlp = elmo_nlp(files, precision, store_vectors=False)
+    nlp.add_pipe("tagger", config=LISTENING_TAGGER)
+    example = Example.from_dict(nlp.make_doc("A dog sat ."), {"tags": ["DT", "NN", "VBD", "."]})
+    nlp.initialize(lambda: [example])
     return nlp
 
 
@@ -687,14 +700,28 @@ def measure_one(what: str, files: ModelFiles, precision: str, sentences: int, pa
         embedder = ElmoEmbedder(*files, precision=precision, threads=1)
         cpu = best_time(lambda: in_batches(embedder, batch, int(what[len("embed-batch"):])), passes)[1]
         return {**found, "value": sum(map(len, batch)) / cpu, "unit": "words per CPU-second"}
+    if what.startswith("kept-2000"):
+        import gc
+        import tracemalloc
+
+        texts = (ud_texts(2000) * 2)[:2000]
+        nlp = listener_nlp(files, precision) if what.endswith("listener-off") else elmo_nlp(files, precision, store_vectors=False)
+        list(nlp.pipe(texts[:200]))
+        gc.collect()
+        tracemalloc.start()  # what Python objects and numpy arrays hold (RSS also keeps what malloc was given back)
+        with nlp.select_pipes(disable=[name for name in nlp.pipe_names if name != "elmo"]):
+            docs = list(nlp.pipe(texts))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] / 2**20
+        return {**found, "value": held, "unit": f"MB held with {len(docs):,} Docs kept (tracemalloc)"}
     texts = ud_texts(sentences)
-    nlp = elmo_nlp(files, precision)
+    nlp = listener_nlp(files, precision) if what.endswith("-listener") else elmo_nlp(files, precision)
     words = sum(len(doc) for doc in nlp.pipe(texts))
     if what == "threads8":
         with ThreadPoolExecutor(8) as pool:
             wall = best_time(lambda: list(pool.map(nlp, texts)), passes)[0]
         return {**found, "value": words / wall, "unit": "words/s"}
-    run = (lambda: list(nlp.pipe(texts, batch_size=64))) if what == "pipe" else (lambda: [nlp(t) for t in texts])
+    run = (lambda: list(nlp.pipe(texts, batch_size=64))) if what.startswith("pipe") else (lambda: [nlp(t) for t in texts])
     return {**found, "value": words / best_time(run, passes)[1], "unit": "words per CPU-second"}
 
 
@@ -738,7 +765,7 @@ def ab(args: argparse.Namespace) -> None:
     for name in trees:
         print(f"{name}: {results[name][0]['spacy_elmo']}, median "
               f"{statistics.median(r['value'] for r in results[name]):,.1f} {results[name][0]['unit']}")
-    better = "lower is better" if args.what == "memory-100k" else "higher is better"
+    better = "lower is better" if args.what.startswith(("memory", "kept")) else "higher is better"
     print(f"new / old: median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}; {better}); "
           f"load average after: {load()}")
 

@@ -20,17 +20,15 @@ The settings are not saved with the model's bytes: a saved pipeline's config hol
 over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``) copies its shim, settings included,
 and keeps working on its own.
 """
-import contextlib
 import functools
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import numpy as np
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
-from thinc.types import Floats3d, FloatsXd
+import torch
+from thinc.api import Model, torch2xp, xp2torch
+from thinc.types import Floats2d, Floats3d, FloatsXd
 
 from ..errors import ElmoPipelineError, ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
@@ -56,8 +54,6 @@ LEGACY_SETTING_ATTRS = (
 LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
 DEFAULT_MODEL = {"@architectures": ARCHITECTURE}  # the config block of the default biLM model
-# The fixed mix a prediction gives instead of the layers, in this thread (:func:`fixed_mix_output`).
-_FIXED_MIX: "ContextVar[Optional[MixWeights]]" = ContextVar("elmo_fixed_mix", default=None)
 DEFAULTS = PIPELINE_DEFAULTS
 
 
@@ -238,34 +234,43 @@ def frozen_backprop(d_layers: Any) -> List[Doc]:
     return []
 
 
-def doc_layers(
-    model: Model, docs: Sequence[Doc], mix: Optional[MixWeights] = None, fresh: bool = False
-) -> List[np.ndarray]:
-    """Per Doc, its layers ``(n_layers + 1, len(doc), dim)`` (with ``mix``, its mixed ``(len(doc), dim)``), each an
-    array of its own, computed by the runtime without autograd (``fresh``: a stateful biLM from its initial state,
-    its carried state left as it is)."""
+def doc_layers(model: Model, docs: Sequence[Doc], fresh: bool = False) -> List[Floats3d]:
+    """Per Doc, its layers ``(n_layers + 1, len(doc), dim)``, each an array of its own, computed by the runtime
+    without autograd (``fresh``: a stateful biLM from its initial state, its carried state left as it is)."""
     runtime = runtime_of(model)
+    words, per_doc = _doc_segments(runtime, docs)
+    return runtime.layers(words, per_doc, fresh)
+
+
+def doc_mixes(model: Model, docs: Sequence[Doc], weights: MixWeights) -> List[Floats2d]:
+    """Per Doc, ``sum_j weights[j] * layer_j``, ``(len(doc), dim)``, summed as the biLM makes each layer, so that the
+    layers are never held (what the ``elmo`` component stores when no listener reads layers)."""
+    runtime = runtime_of(model)
+    words, per_doc = _doc_segments(runtime, docs)
+    return runtime.mixed(words, weights, per_doc)
+
+
+def _doc_segments(runtime: ElmoRuntime, docs: Sequence[Doc]) -> Tuple[List[List[str]], List[int]]:
+    """The biLM inputs of ``docs`` (their windows' words) and how many belong to each Doc."""
     windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
-    words, per_doc = window_words(docs, windows), windows_per_sequence(windows, len(docs))
-    return runtime.layers(words, per_doc, fresh) if mix is None else runtime.mixed(words, mix, per_doc)
+    return window_words(docs, windows), windows_per_sequence(windows, len(docs))
 
 
 def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], Callable]:
     """Per Doc, its layers with autograd through the biLM, and their backprop (a biLM being fine-tuned).
 
-    The call's windows run as one biLM batch, as a stateful call does at prediction (row ``r`` continues row ``r`` of
-    the call before); a stateless biLM gives the same vectors in any batch.
+    The call's windows run as one biLM batch, through the runtime (its settings apply), as a stateful call does at
+    prediction (row ``r`` continues row ``r`` of the call before); a stateless biLM gives the same vectors in any
+    batch.
     """
     runtime = runtime_of(model)
     windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
-    inputs = ArgsKwargs(args=(window_words(docs, windows),), kwargs={})
-    shim = model.shims[0]
-    output, backprop_torch = shim.begin_update(inputs)
+    output = runtime.trained_layers(window_words(docs, windows))
     outputs = join_windows(windows, torch2xp(output), len(docs))
 
     def backprop(d_outputs: List[FloatsXd]) -> List[Doc]:
         d_packed = model.ops.xp.concatenate(d_outputs, axis=-2)  # the packed order is the Docs' tokens in order
-        backprop_torch(ArgsKwargs(args=((output,),), kwargs={"grad_tensors": (xp2torch(d_packed, device=output.device),)}))
+        torch.autograd.backward(output, grad_tensors=xp2torch(d_packed, device=output.device))
         return []
 
     return outputs, backprop
@@ -287,26 +292,12 @@ def _cached_layers(model: Model, docs: Sequence[Doc]) -> List[Floats3d]:
     return join_windows(windows, model.ops.xp.concatenate(found, axis=1), len(docs))
 
 
-@contextlib.contextmanager
-def fixed_mix_output(weights: MixWeights) -> Iterator[None]:
-    """Within the block, in this thread, the model's prediction is each Doc's fixed mix ``(len(doc), dim)`` with
-    ``weights`` instead of its layers: summed as the biLM makes each layer, so the layers are never held (what the
-    ``elmo`` component needs when it stores vectors and nothing reads layers)."""
-    token = _FIXED_MIX.set(weights)
-    try:
-        yield
-    finally:
-        _FIXED_MIX.reset(token)
-
-
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     """Per Doc, all its layers: with autograd while a biLM that is not frozen trains; else computed by the runtime,
-    in training from the layer cache where it can be (a frozen, stateless biLM is a function of the sentence); a
-    prediction inside :func:`fixed_mix_output` gives their mix."""
+    in training from the layer cache where it can be (a frozen, stateless biLM is a function of the sentence)."""
     settings = bilm_settings(model)
     if is_train and not settings.frozen:
         return _trained_layers(model, docs)
     if is_train and not settings.stateful and layer_cache(model).max_bytes > 0:
         return _cached_layers(model, docs), frozen_backprop
-    mix = None if is_train else _FIXED_MIX.get()
-    return [model.ops.asarray(x) for x in doc_layers(model, docs, mix)], frozen_backprop
+    return [model.ops.asarray(x) for x in doc_layers(model, docs)], frozen_backprop

@@ -22,7 +22,7 @@ from .architectures import (
     bilm_settings,
     check_owner_settings,
     configure_bilm_model,
-    fixed_mix_output,
+    doc_mixes,
     is_loaded,
     load_bilm_bytes,
     load_bilm_file,
@@ -228,8 +228,7 @@ class Elmo(TrainablePipe):
         if not docs or not (need_layers or need_vectors):
             return [ElmoOutput(None, None) for _ in docs]
         if not need_layers:
-            with fixed_mix_output(self.mix_weights):
-                return [ElmoOutput(None, self.model.ops.to_numpy(v)) for v in self.model.predict(docs)]
+            return [ElmoOutput(None, vectors) for vectors in doc_mixes(self.model, docs, self.mix_weights)]
         layers = [self.model.ops.to_numpy(x) for x in self.model.predict(docs)]
         return [ElmoOutput(x, mix_layers(self.mix_weights, x) if need_vectors else None) for x in layers]
 

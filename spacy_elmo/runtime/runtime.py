@@ -188,11 +188,7 @@ class ElmoRuntime:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
         batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
         while it runs (the batcher's :meth:`~spacy_elmo.serving.request_batcher.RequestBatcher.pause_point`)."""
-        if self._threads_due:  # since it changed, or since this copy came to this process
-            self._threads_due = False
-            hold_threads(self.settings.threads)
-        elif self.settings.threads is not None:
-            keep_held_threads()  # in this thread, or again after a fork
+        self._threads_in_force()
         groups: Dict[Tuple[Optional[MixWeights], bool], List[Segment]] = {}
         for item in items:
             groups.setdefault((item.mix, item.carry), []).append(item)
@@ -205,6 +201,22 @@ class ElmoRuntime:
             for item, piece in zip(members, _split(host, [len(w) for w in words])):
                 item.out[...] = piece
         return [item.out for item in items]
+
+    def trained_layers(self, segments: Sequence[Sequence[str]]) -> torch.Tensor:
+        """The segments' layers with autograd through the biLM (fine-tuning), ``(n_layers + 1, total_tokens, dim)``,
+        segment after segment, from one biLM batch on the biLM's device: a stateful call continues the calls before,
+        row by row, as at prediction."""
+        self._threads_in_force()
+        return self.segment_encoder(segments)
+
+    def _threads_in_force(self) -> None:
+        """Before a biLM run: the thread setting, due since it changed or since this copy came to this process, or
+        held again in this thread or after a fork."""
+        if self._threads_due:
+            self._threads_due = False
+            hold_threads(self.settings.threads)
+        elif self.settings.threads is not None:
+            keep_held_threads()
 
     def _mix_tensor(self, weights: MixWeights) -> torch.Tensor:
         """The mix weights on the biLM's device, made once per mix."""
