@@ -5,7 +5,7 @@ reference fixtures); this module only adds AllenNLP's interface: character-id te
 ``<S>``/``</S>`` positions out, state carried from call to call, trainable scalar mixes.
 """
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 import torch
@@ -30,6 +30,20 @@ EXTRA_SETTINGS = settings_in(ALLENNLP)
 
 # AllenNLP's name for a setting that cannot work; ``except ConfigurationError`` catches this package's.
 ConfigurationError = ElmoSettingsError
+
+
+class BiLmOutput(TypedDict):
+    """What :meth:`ElmoBiLm.forward` returns (a dict, as in AllenNLP), each key with its own type."""
+
+    activations: List[torch.Tensor]
+    mask: torch.Tensor
+
+
+class ElmoOutput(TypedDict):
+    """What :meth:`Elmo.forward` returns (a dict, as in AllenNLP), each key with its own type."""
+
+    elmo_representations: List[torch.Tensor]
+    mask: torch.Tensor
 
 
 def allennlp_settings(
@@ -171,9 +185,7 @@ class ElmoBiLm(nn.Module):
         vectors = self._token_vectors(torch.cat((self._char_ids([BOS_TOKEN, EOS_TOKEN]), inputs[present])))
         return _with_boundaries(vectors[2:], vectors[:2], lengths, steps)
 
-    def forward(
-        self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
-    ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+    def forward(self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None) -> BiLmOutput:
         """``inputs``: char ids ``(batch, timesteps, 50)`` (from :func:`batch_to_ids`); ``word_inputs``: word ids
         ``(batch, timesteps)`` into ``vocab_to_cache``, used instead of the char ids' tokens when given and all
         inside it (else the char CNN runs on ``inputs``, as in AllenNLP)."""
@@ -358,9 +370,7 @@ class Elmo(nn.Module):
         """Run the biLM's products at ``precision`` from now on; ``"fp16"`` after ``.to("cuda")``."""
         self._elmo_lstm.set_precision(precision)
 
-    def forward(
-        self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
-    ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+    def forward(self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None) -> ElmoOutput:
         """``inputs``: char ids ``(batch, timesteps, 50)`` or ``(..., timesteps, 50)``; ``word_inputs``: word ids of
         the same leading shape, with ``vocab_to_cache``."""
         leading = tuple(inputs.shape[:-1])

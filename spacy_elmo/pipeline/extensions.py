@@ -18,7 +18,7 @@ to ``doc.tensor``, which :func:`refuse_tensor_clash` keeps from a pipeline whose
 there.
 """
 import multiprocessing
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Iterator, Optional, Sequence, TypeVar, Union, overload
 
 import numpy as np
 from spacy.language import Language, _apply_pipes
@@ -99,6 +99,18 @@ def install_vector_hooks(doc: Doc) -> Doc:
         vector=token_elmo, has_vector=_has_vector, vector_norm=_vector_norm, similarity=cosine_similarity
     )
     return doc
+
+
+# A sequence of Docs comes back as itself, typed as given (a list stays a list).
+DocSequence = TypeVar("DocSequence", bound=Sequence[Doc])
+
+
+@overload  # a sequence is an iterable too: this first match wins, as intended
+def with_vector_hooks(docs: DocSequence) -> DocSequence: ...  # type: ignore[overload-overlap]
+
+
+@overload
+def with_vector_hooks(docs: Iterable[Doc]) -> Iterator[Doc]: ...
 
 
 def with_vector_hooks(docs: Iterable[Doc]) -> Iterable[Doc]:
