@@ -12,11 +12,15 @@ products (``fp32``, the default, ``int8``, ``bf16``, ``fp16``).
 
 Limits: a request body over ``ELMO_MAX_BODY_BYTES`` bytes (default: 12 bytes per character of the longest text,
 plus 64 KiB) is refused with 413 before it is read whole, by its ``Content-Length`` or, for a chunked body, as soon
-as the bytes read pass it; a text over ``ELMO_MAX_TEXT_CHARS`` characters (default spaCy's ``nlp.max_length``,
-1,000,000) is refused with 413, naming the limit; a text that is not Unicode (a lone surrogate such as
-``"\ud800"``) or that the tokenizer cannot take is refused with 422. A token longer than the model reads (48 bytes
-for the published models) is answered with what the model read of it, and listed in ``truncated``. Every refusal
-is one line in ``detail``; the server goes on serving.
+as the bytes read pass it; the rest of the body is then read and dropped (10 s and 64 MiB at most) so that a client
+still sending reads the 413; a text over ``ELMO_MAX_TEXT_CHARS`` characters (default spaCy's ``nlp.max_length``,
+1,000,000) is refused with 413, naming the limit; a request whose reply could pass ``ELMO_MAX_REPLY_BYTES`` bytes
+(default 32 MiB; 24 bytes per vector value, the most one takes) is refused with 413 before the biLM runs. A body
+that is not UTF-8 is refused with 400; one that is not the JSON above (a field missing, misspelt or of another
+type: ``"token_vectors": "yes"`` is not a boolean) with 422, as is a text that is not Unicode (a lone surrogate such
+as ``"\ud800"``) or that the tokenizer cannot take. A token longer than the model reads (48 bytes for the published
+models) is answered with what the model read of it, and listed in ``truncated``. Every refusal is one line in
+``detail``; the server goes on serving.
 
 Start-up: the model is loaded and run once when the app is imported, before the server takes requests, so no
 request pays for loading, and a model that cannot load stops the server with one line naming the problem (exit
@@ -54,7 +58,7 @@ DISCONNECT_POLL_S = 0.1
 # its JSON is written.
 JSON_BYTES_PER_CHAR = 12
 BODY_OVERHEAD = 64 * 1024
-# The default bound on a reply: 32 MiB, about 5,900 tokens with their vectors at the embedded model's width (256).
+# The default bound on a reply: 32 MiB, about 5,400 tokens with their vectors at the embedded model's width (256).
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
 # The most JSON bytes one vector value takes: a float32 value written as the float64 it is in Python (sign, 17
 # significant digits, point, exponent down to e-45) and its comma; and the reply's bytes besides tokens and vectors.

@@ -192,7 +192,7 @@ def test_a_model_that_cannot_be_used_stops_the_server_with_one_line(variable, va
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variable", ["ELMO_MAX_TEXT_CHARS", "ELMO_MAX_BODY_BYTES"])
+@pytest.mark.parametrize("variable", ["ELMO_MAX_TEXT_CHARS", "ELMO_MAX_BODY_BYTES", "ELMO_MAX_REPLY_BYTES"])
 def test_a_limit_that_is_not_a_positive_number_stops_the_server_with_one_line(variable):
     env = _server_env(ELMO_OPTIONS_FILE=MODEL["options_file"], ELMO_WEIGHT_FILE=MODEL["weight_file"], **{variable: "10MB"})
     process, _ = _start(env)
@@ -355,6 +355,17 @@ def test_a_reply_over_the_limit_is_refused_with_413_before_the_bilm_runs(limited
         answered = ask(limited_server, words, token_vectors)
         assert answered.status_code == 200 and len(answered.content) <= REPLY_LIMIT, answered.text[:200]
 
+
+@pytest.mark.slow
+def test_the_default_reply_limit_is_32_mib(server):
+    """docs/usage.md: 33,554,432 bytes by default. 50,000 tokens with their vectors at the fixture model's width (32
+    values, which JSON writes in 21 to 22 bytes each with their commas) would take about 35 MB: refused; without
+    their vectors they are answered."""
+    text = "a " * 50_000
+    refused = httpx.post(f"{server}/embed", json={"text": text, "token_vectors": True}, timeout=REQUEST_S)
+    assert refused.status_code == 413 and "33,554,432" in refused.json()["detail"], refused.text
+    answered = httpx.post(f"{server}/embed", json={"text": text}, timeout=REQUEST_S)
+    assert answered.status_code == 200 and len(answered.json()["tokens"]) == 50_000
 
 def _over_the_limit(chunked: bool) -> Iterable[bytes]:
     """A body of 5 MB, 250 times the limit: one piece (sent with its Content-Length) or 100 (sent chunked)."""
