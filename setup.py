@@ -16,6 +16,10 @@ setup(
     license="MIT",
     python_requires=">=3.9",
     packages=find_packages(exclude=["tests", "tests.*"]),
+    # The packages' root, said explicitly: with it, `pip install -e .` (setuptools >= 64) puts the checkout on
+    # sys.path by a path in a .pth file, as editable_mode=compat does, instead of an import hook, which type checkers
+    # cannot follow (mypy would not find spacy_elmo; tests/test_typing.py). The wheel's files are the same.
+    package_dir={"": "."},
     include_package_data=True,
     package_data={"spacy_elmo": ["py.typed", "data/*", "data/**/*", "pipeline/configs/*.cfg"]},
     install_requires=[

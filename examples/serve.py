@@ -12,11 +12,15 @@ products (``fp32``, the default, ``int8``, ``bf16``, ``fp16``).
 
 Limits: a request body over ``ELMO_MAX_BODY_BYTES`` bytes (default: 12 bytes per character of the longest text,
 plus 64 KiB) is refused with 413 before it is read whole, by its ``Content-Length`` or, for a chunked body, as soon
-as the bytes read pass it; a text over ``ELMO_MAX_TEXT_CHARS`` characters (default spaCy's ``nlp.max_length``,
-1,000,000) is refused with 413, naming the limit; a text that is not Unicode (a lone surrogate such as
-``"\ud800"``) or that the tokenizer cannot take is refused with 422. A token longer than the model reads (48 bytes
-for the published models) is answered with what the model read of it, and listed in ``truncated``. Every refusal
-is one line in ``detail``; the server goes on serving.
+as the bytes read pass it; the rest of the body is then read and dropped (10 s and 64 MiB at most) so that a client
+still sending reads the 413; a text over ``ELMO_MAX_TEXT_CHARS`` characters (default spaCy's ``nlp.max_length``,
+1,000,000) is refused with 413, naming the limit; a request whose reply could pass ``ELMO_MAX_REPLY_BYTES`` bytes
+(default 32 MiB; 24 bytes per vector value, the most one takes) is refused with 413 before the biLM runs. A body
+that is not UTF-8 is refused with 400; one that is not the JSON above (a field missing, misspelt or of another
+type: ``"token_vectors": "yes"`` is not a boolean) with 422, as is a text that is not Unicode (a lone surrogate such
+as ``"\ud800"``) or that the tokenizer cannot take. A token longer than the model reads (48 bytes for the published
+models) is answered with what the model read of it, and listed in ``truncated``. Every refusal is one line in
+``detail``; the server goes on serving.
 
 Start-up: the model is loaded and run once when the app is imported, before the server takes requests, so no
 request pays for loading, and a model that cannot load stops the server with one line naming the problem (exit
@@ -36,9 +40,13 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import spacy
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict
 from spacy.tokens import Doc
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from thinc.api import ConfigValidationError
 
 from spacy_elmo import CallCancelled, CancelHandle, ElmoError
@@ -50,6 +58,18 @@ DISCONNECT_POLL_S = 0.1
 # its JSON is written.
 JSON_BYTES_PER_CHAR = 12
 BODY_OVERHEAD = 64 * 1024
+# The default bound on a reply: 32 MiB, about 5,400 tokens with their vectors at the embedded model's width (256).
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
+# The most JSON bytes one vector value takes: a float32 value written as the float64 it is in Python (sign, 17
+# significant digits, point, exponent down to e-45) and its comma; and the reply's bytes besides tokens and vectors.
+FLOAT_JSON_BYTES = 24
+REPLY_OVERHEAD = 128
+# After refusing a body over the limit, the rest of it is read and dropped (as nginx's "lingering close") for at most
+# this long, this many bytes, and this long without data, so that a client still sending (Python's urllib) reads the
+# answer instead of a reset connection; then the connection is closed.
+DRAIN_S = 10.0
+DRAIN_BYTES = 64 * 1024 * 1024
+DRAIN_IDLE_S = 2.0
 
 Receive = Callable[[], Awaitable[Dict[str, Any]]]
 Send = Callable[[Dict[str, Any]], Awaitable[None]]
@@ -93,23 +113,87 @@ MAX_TOKEN_UNITS = runtime.options.max_token_units
 TOKEN_UNITS_ARE_BYTES = runtime.options.char_vocabulary is None
 MAX_TEXT_CHARS = limit_from_env("ELMO_MAX_TEXT_CHARS", nlp.max_length)
 MAX_BODY_BYTES = limit_from_env("ELMO_MAX_BODY_BYTES", JSON_BYTES_PER_CHAR * MAX_TEXT_CHARS + BODY_OVERHEAD)
+MAX_REPLY_BYTES = limit_from_env("ELMO_MAX_REPLY_BYTES", DEFAULT_MAX_REPLY_BYTES)
+VECTOR_WIDTH = 2 * runtime.encoder.options.projection_dim
 nlp.max_length = MAX_TEXT_CHARS
 app = FastAPI(title="spacy-elmo")
+
+
+def one_line(error: Dict[str, Any]) -> str:
+    """A validation error of pydantic's, as one line naming the field: ``token_vectors: Input should be a valid
+    boolean (found 'yes')``; a body that is not JSON: where it stops being JSON."""
+    if error["type"] == "json_invalid":
+        return f"the body is not JSON: {error['ctx']['error']} at character {error['loc'][-1]}"
+    field = ".".join(str(part) for part in error["loc"] if part != "body") or "the body"
+    found = "" if error["type"] == "missing" else f" (found {json.dumps(error['input'])[:80]})"
+    return f"{field}: {error['msg']}{found}"
+
+
+@app.exception_handler(RequestValidationError)
+async def refuse_invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+    """422 with every problem of the request in one line of ``detail`` (FastAPI's default is a list of objects)."""
+    problems = "; ".join(one_line(item) for item in error.errors())
+    detail = f'{problems}; send JSON such as {{"text": "The cat sat.", "token_vectors": false}}'
+    return JSONResponse(status_code=422, content={"detail": detail})
+
+
+class Utf8Body(APIRoute):
+    """A route whose body that is not UTF-8 is refused with 400 and one line saying where (FastAPI says only "There
+    was an error parsing the body")."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Any]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Any:
+            try:
+                return await handler(request)
+            except StarletteHTTPException as err:  # FastAPI raises Starlette's, the base of its own
+                cause = err.__cause__
+                if not isinstance(cause, UnicodeDecodeError):
+                    raise
+                raise HTTPException(status_code=400, detail=(
+                    f"the body is not UTF-8: byte {cause.start} ({cause.object[cause.start:cause.start + 1]!r}) "
+                    f"cannot be decoded; send JSON in UTF-8")) from None
+
+        return route
+
+
+app.router.route_class = Utf8Body
 
 
 class BodyTooLarge(Exception):
     """The request body passed the limit while it was read."""
 
 
-async def refuse_body(send: Send, limit: int) -> None:
-    """Answer 413 for a body over ``limit`` bytes, and close the connection (the rest of the body is not read)."""
+async def drain(receive: Receive) -> None:
+    """Read and drop the rest of a request body: until it ends, or DRAIN_BYTES, DRAIN_S, or DRAIN_IDLE_S without
+    data, whichever comes first."""
+    loop = asyncio.get_running_loop()
+    deadline, dropped = loop.time() + DRAIN_S, 0
+    while dropped < DRAIN_BYTES and (left := deadline - loop.time()) > 0:
+        try:
+            message = await asyncio.wait_for(receive(), timeout=min(DRAIN_IDLE_S, left))
+        except asyncio.TimeoutError:
+            return
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        dropped += len(message.get("body", b""))
+
+
+async def refuse_body(send: Send, receive: Receive, limit: int, more_body: bool) -> None:
+    """Answer 413 for a body over ``limit`` bytes; then, while the body may go on (``more_body``), read and drop the
+    rest of it (:func:`drain`) before the answer ends and the connection closes: a client that writes its whole body
+    before reading the answer then reads it, instead of a reset connection."""
     detail = (f"the request body is larger than this service's limit of {limit:,} bytes: send a shorter text, or "
               f"start the service with ELMO_MAX_BODY_BYTES set higher")
     body = json.dumps({"detail": detail}).encode("utf-8")
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    if more_body:
+        await drain(receive)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class BodyLimit:
@@ -127,7 +211,7 @@ class BodyLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            await refuse_body(send, self.limit)
+            await refuse_body(send, receive, self.limit, more_body=True)
             return
         received, refused = 0, False
 
@@ -140,7 +224,7 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > self.limit:
                     refused = True
-                    await refuse_body(send, self.limit)
+                    await refuse_body(send, receive, self.limit, more_body=message.get("more_body", False))
                     return {"type": "http.disconnect"}
             return message
 
@@ -155,6 +239,9 @@ app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
 
 
 class EmbedRequest(BaseModel):
+    # strict: "token_vectors": "yes" or 1 is refused, not read as true; a misspelt field is refused, not ignored
+    model_config = ConfigDict(strict=True, extra="forbid")
+
     text: str
     token_vectors: bool = False
 
@@ -220,21 +307,31 @@ def tokenize(text: str) -> Doc:
         raise HTTPException(status_code=422, detail=f"the tokenizer cannot take this text: {first_line}") from None
 
 
-def embedding(doc: Doc, with_token_vectors: bool) -> Embedding:
-    """The answer for an embedded Doc: its tokens as the model read them, their mean vector, what was cut."""
+def read_tokens(doc: Doc) -> Tuple[List[str], List[TruncatedToken]]:
+    """The Doc's tokens as the model reads them, and a note for each it cuts."""
     tokens, truncated = [], []
     for index, token in enumerate(doc):
         read, note = as_read(token.text)
         tokens.append(read)
         if note is not None:
             truncated.append(note.model_copy(update={"index": index}))
-    vectors = doc._.elmo
-    return Embedding(
-        tokens=tokens,
-        vector=vectors.mean(axis=0).tolist(),
-        token_vectors=vectors.tolist() if with_token_vectors else None,
-        truncated=truncated,
-    )
+    return tokens, truncated
+
+
+def check_reply_size(tokens: List[str], truncated: List[TruncatedToken], with_token_vectors: bool) -> None:
+    """Refuse with 413, before the biLM runs, a request whose reply could pass MAX_REPLY_BYTES: its size is bounded
+    by its tokens written as JSON (escaped to ASCII, the longest way), its notes, and FLOAT_JSON_BYTES per value of
+    the vectors it asks for, so that no reply sent is over the limit."""
+    vectors = 1 + (len(tokens) if with_token_vectors else 0)
+    bound = (REPLY_OVERHEAD + sum(len(json.dumps(token)) + 1 for token in tokens)
+             + sum(len(note.model_dump_json()) + 1 for note in truncated)
+             + vectors * (VECTOR_WIDTH * FLOAT_JSON_BYTES + 2))
+    if bound > MAX_REPLY_BYTES:
+        asked = f"{len(tokens):,} tokens" + (" with their vectors" if with_token_vectors else "")
+        instead = "leave token_vectors out, send a shorter text" if with_token_vectors else "send a shorter text"
+        raise HTTPException(status_code=413, detail=(
+            f"the reply ({asked}) could take {bound:,} bytes, more than this service's limit of "
+            f"{MAX_REPLY_BYTES:,}: {instead}, or start the service with ELMO_MAX_REPLY_BYTES set higher"))
 
 
 @app.post("/embed")
@@ -244,9 +341,16 @@ async def embed(body: EmbedRequest, request: Request) -> Embedding:
 
     def work() -> Embedding:
         doc = tokenize(body.text)
+        tokens, truncated = read_tokens(doc)
+        check_reply_size(tokens, truncated, body.token_vectors)
         with handle.scope():
-            doc = nlp(doc)
-        return embedding(doc, body.token_vectors)
+            vectors = nlp(doc)._.elmo
+        return Embedding(
+            tokens=tokens,
+            vector=vectors.mean(axis=0).tolist(),
+            token_vectors=vectors.tolist() if body.token_vectors else None,
+            truncated=truncated,
+        )
 
     call = asyncio.ensure_future(run_in_threadpool(work))
     while not (await asyncio.wait({call}, timeout=DISCONNECT_POLL_S))[0]:

@@ -57,6 +57,16 @@ def test_quick_start_shape_and_cosine_comments_are_true():
     assert checked == ["doc._.elmo.shape", "0.89", "0.33", 'zh("宝玉在园中读书。")._.elmo.shape']
 
 
+
+def test_the_readme_is_one_page_whose_set_up_is_two_commands():
+    """A newcomer skims one page (150 lines at most); its set-up block is two commands (continued lines joined,
+    comments left out): the package with a demo, and the tests with the linter."""
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 150
+    set_up = _blocks(README, "bash")[0].replace("\\\n", " ")
+    commands = [line for line in set_up.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(commands) == 2 and commands[0].endswith("python -m spacy_elmo demo"), commands
+
+
 @pytest.fixture(scope="module")
 def example_folder(tmp_path_factory) -> Path:
     """A folder with the files the examples name, the HDF5 corpus written by the public ``embed`` command."""

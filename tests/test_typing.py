@@ -1,16 +1,18 @@
-"""The package is typed for its users: its wheel ships ``py.typed``, and a user's script on the public API passes
-``mypy --strict`` with the real types of what it calls (not ``Any``).
+"""The package is typed for its users, installed as the README's set-up installs it (``pip install -e .``) and as a
+wheel: a user's script on the public API passes ``mypy --strict`` with the real types of what it calls (not
+``Any``), and mypy finds each mistake of a script that misuses it.
 
-The script is type-checked against spacy-elmo as its wheel installs it: the wheel is built from a clean copy of the
-package and unpacked into a folder on the script's path, as ``pip install`` lays it out.
+Each install is a venv of its own in a temporary folder, made with ``--system-site-packages`` (torch and spaCy come
+from this environment) and ``--without-pip``; this environment's pip installs spacy-elmo into it from a clean copy of
+the checkout (``--no-deps``, offline), editable or built into a wheel. mypy then reads that venv's ``sys.path``
+(``--python-executable``), as it does for a user who runs it there.
 """
 import re
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -22,9 +24,10 @@ from typing import List
 import numpy as np
 import spacy
 import torch
+from spacy.tokens import Doc
 
 import spacy_elmo
-from spacy_elmo import CancelHandle, ElmoEmbedder, ElmoSettingsError
+from spacy_elmo import CancelHandle, ElmoEmbedder, ElmoSettingsError, with_vector_hooks
 from spacy_elmo.allennlp import Elmo, batch_to_ids
 
 
@@ -48,7 +51,15 @@ def allennlp_mix(sentences: List[List[str]]) -> torch.Tensor:
     reveal_type(elmo)
     ids = batch_to_ids(sentences)
     reveal_type(ids)
-    return elmo.forward(ids)["elmo_representations"][0]
+    output = elmo.forward(ids)
+    reveal_type(output["mask"])
+    return output["elmo_representations"][0]
+
+
+def first_with_hooks(docs: List[Doc]) -> Doc:
+    hooked = with_vector_hooks(docs)
+    reveal_type(hooked)
+    return hooked[0]
 
 
 handle = CancelHandle()
@@ -66,43 +77,101 @@ REVEALED = [
     ("batch", r"^(builtins\.)?list\[numpy\.ndarray\[.*numpy\.(float32|floating\[.*_32Bit)"),
     ("elmo", r"spacy_elmo\.allennlp\.elmo\.Elmo$"),
     ("ids", r"torch\._tensor\.Tensor$"),
+    ('output["mask"]', r"torch\._tensor\.Tensor$"),
+    ("hooked", r"^(builtins\.)?list\[spacy\.tokens\.doc\.Doc\]$"),
     ("handle", r"spacy_elmo\.util\.cancel\.CancelHandle$"),
     ("spacy_elmo.ElmoOptions", r"spacy_elmo\.model\.options\.ElmoOptions"),
 ]
 
+# A script that misuses the API: each line ending in ``# mypy: CODE`` is a mistake mypy must report there, with
+# that error code; no other line may get an error.
+WRONG_SCRIPT = '''
+import spacy
+import torch
+
+from spacy_elmo import CancelHandle, ElmoEmbedder, with_vector_hooks
+from spacy_elmo.allennlp import Elmo, ScalarMix, batch_to_ids
+
+nlp = spacy.blank("en")
+vectors: int = ElmoEmbedder().embed_sentence(["The", "cat"])  # mypy: assignment
+ScalarMix("3")  # mypy: arg-type
+with_vector_hooks([nlp("The cat sat.")]).append("a text")  # mypy: arg-type
+mask: torch.Tensor = Elmo(None, None, 1).forward(batch_to_ids([["a"]]))["elmo_representations"]  # mypy: assignment
+CancelHandle().cancel(True)  # mypy: call-arg
+'''
+
+
+def _run(command: List[str], **kwargs) -> subprocess.CompletedProcess:
+    """``command`` run to its end (600 s at most), its output kept; fail with that output if it fails."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
+    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return done
+
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A folder holding spacy-elmo as its wheel installs it (the wheel built from a clean copy, unpacked)."""
-    work = tmp_path_factory.mktemp("wheel")
-    source = work / "spacy-elmo"  # building in the checkout would leave build/ there
+def mypy_cache(tmp_path_factory) -> Path:
+    """One mypy cache for both installs: torch's and spaCy's stubs are read once."""
+    return tmp_path_factory.mktemp("mypy_cache")
+
+
+@pytest.fixture(scope="module", params=["editable", "wheel"])
+def venv_python(request, tmp_path_factory) -> Path:
+    """The interpreter of a venv into which spacy-elmo is installed from a clean copy of the checkout: editable
+    (``pip install -e .``, the README's set-up) or as a wheel (``pip install .``, which builds and installs one)."""
+    work = tmp_path_factory.mktemp(request.param)
+    source = work / "spacy-elmo"  # installing from the checkout would leave build/ and egg-info there
     shutil.copytree(ROOT / "spacy_elmo", source / "spacy_elmo", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("setup.py", "README.md"):
         shutil.copy(ROOT / name, source)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source),
-                    "-w", str(work / "dist")], check=True, capture_output=True, timeout=600)
-    (wheel,) = (work / "dist").glob("spacy_elmo-*.whl")
-    site = work / "site"
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(site)
-    return site
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(work / "venv")])
+    python = work / "venv" / "bin" / "python"
+    editable = ["-e"] if request.param == "editable" else []
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
+          "--no-build-isolation", *editable, str(source)], cwd=work)
+    imported = _run([str(python), "-c", "import spacy_elmo; print(spacy_elmo.__file__)"], cwd=work, env=_bare_env(work))
+    expected = source if request.param == "editable" else work / "venv"
+    assert Path(imported.stdout.strip()).is_relative_to(expected), imported.stdout
+    return python
 
 
-@pytest.mark.slow
-def test_the_wheel_ships_py_typed(installed: Path):
-    assert (installed / "spacy_elmo" / "py.typed").is_file()
+def _bare_env(home: Path) -> Dict[str, str]:
+    """An environment without this session's PYTHONPATH (which would show mypy the checkout itself)."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home)}
 
 
-@pytest.mark.slow
-def test_a_user_script_passes_mypy_strict_with_the_real_types(installed: Path, tmp_path: Path):
-    (tmp_path / "user.py").write_text(USER_SCRIPT, encoding="utf-8")
-    env: Dict[str, str] = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(installed), "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
-                           "user.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+def _mypy(python: Path, cache: Path, folder: Path, script: str) -> Tuple[List[str], List[str]]:
+    """``mypy --strict`` on ``script`` with the venv of ``python``: its error lines and its revealed types."""
+    (folder / "user.py").write_text(script, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--python-executable", str(python),
+                           "--cache-dir", str(cache), "--show-error-codes", "--no-error-summary", "user.py"],
+                          cwd=folder, env=_bare_env(folder), capture_output=True, text=True, timeout=900)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-2000:]  # 2: mypy itself failed
     lines = done.stdout.splitlines()
-    errors = [line for line in lines if ": error:" in line]
-    assert done.returncode == 0 and errors == [], done.stdout[-3000:] + done.stderr[-2000:]
     revealed = [re.search(r'Revealed type is "(.*)"', line)[1] for line in lines if "Revealed type" in line]
-    assert len(revealed) == len(REVEALED), lines
+    return [line for line in lines if ": error:" in line], revealed
+
+
+@pytest.mark.slow
+def test_a_user_script_passes_mypy_strict_with_the_real_types(venv_python: Path, mypy_cache: Path, tmp_path: Path):
+    errors, revealed = _mypy(venv_python, mypy_cache, tmp_path, USER_SCRIPT)
+    assert errors == [], errors
+    assert len(revealed) == len(REVEALED), revealed
     for (name, pattern), shown in zip(REVEALED, revealed):
         assert re.search(pattern, shown) and "Any" not in shown.split("[")[0], (name, shown)
+
+
+@pytest.mark.slow
+def test_mypy_finds_each_mistake_of_a_script_that_misuses_the_api(venv_python: Path, mypy_cache: Path,
+                                                                   tmp_path: Path):
+    errors, _ = _mypy(venv_python, mypy_cache, tmp_path, WRONG_SCRIPT)
+    found = sorted((int(re.match(r"user\.py:(\d+):", line)[1]), re.search(r"\[([\w-]+)\]$", line)[1])
+                   for line in errors)
+    marked = sorted((number, line.rsplit("# mypy: ", 1)[1]) for number, line in
+                    enumerate(WRONG_SCRIPT.splitlines(), start=1) if "# mypy: " in line)
+    assert found == marked, errors
+
+
+@pytest.mark.slow
+def test_the_installed_package_ships_py_typed(venv_python: Path):
+    done = _run([str(venv_python), "-c", "import spacy_elmo; print(spacy_elmo.__file__)"], env=_bare_env(Path("/tmp")))
+    assert (Path(done.stdout.strip()).parent / "py.typed").is_file()

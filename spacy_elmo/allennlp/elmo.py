@@ -5,7 +5,7 @@ reference fixtures); this module only adds AllenNLP's interface: character-id te
 ``<S>``/``</S>`` positions out, state carried from call to call, trainable scalar mixes.
 """
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 import torch
@@ -32,6 +32,20 @@ EXTRA_SETTINGS = settings_in(ALLENNLP)
 ConfigurationError = ElmoSettingsError
 
 
+class BiLmOutput(TypedDict):
+    """What :meth:`ElmoBiLm.forward` returns (a dict, as in AllenNLP), each key with its own type."""
+
+    activations: List[torch.Tensor]
+    mask: torch.Tensor
+
+
+class ElmoOutput(TypedDict):
+    """What :meth:`Elmo.forward` returns (a dict, as in AllenNLP), each key with its own type."""
+
+    elmo_representations: List[torch.Tensor]
+    mask: torch.Tensor
+
+
 def allennlp_settings(
     options_file: Optional[PathLike], weight_file: Optional[PathLike], requires_grad: bool, extra: Dict[str, Any]
 ) -> BiLmSettings:
@@ -53,7 +67,10 @@ def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
     """
     sentences = [] if isinstance(batch, str) else [sentence for sentence in batch]
     if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in sentences):
-        raise ElmoSettingsError("batch_to_ids takes a list of tokenised sentences (lists of str), e.g. [text.split()]")
+        found = "a str" if isinstance(batch, str) else "a str as a sentence"
+        raise ElmoSettingsError(
+            f"batch must be a list of tokenised sentences (lists of str), e.g. [text.split()]; found {found}"
+        )
     sentences = [list(sentence) for sentence in sentences]
     width = max((len(sentence) for sentence in sentences), default=0)
     ids = np.zeros((len(sentences), width, MAX_CHARACTERS), dtype=np.int64)
@@ -98,7 +115,7 @@ class ElmoBiLm(nn.Module):
         self.settings = allennlp_settings(options_file, weight_file, requires_grad, settings)
         self.runtime = ElmoRuntime.load(self.settings, device)  # the settings applied as for every entry point
         self.encoder = self.runtime.encoder
-        _check_byte_model(self.encoder)
+        _check_byte_model(self.encoder, options_file)
         self.carried = CarriedState()
         self.num_layers = self.encoder.options.n_output_layers
         self.word_vectors: Optional[nn.Parameter] = None
@@ -168,9 +185,7 @@ class ElmoBiLm(nn.Module):
         vectors = self._token_vectors(torch.cat((self._char_ids([BOS_TOKEN, EOS_TOKEN]), inputs[present])))
         return _with_boundaries(vectors[2:], vectors[:2], lengths, steps)
 
-    def forward(
-        self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
-    ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+    def forward(self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None) -> BiLmOutput:
         """``inputs``: char ids ``(batch, timesteps, 50)`` (from :func:`batch_to_ids`); ``word_inputs``: word ids
         ``(batch, timesteps)`` into ``vocab_to_cache``, used instead of the char ids' tokens when given and all
         inside it (else the char CNN runs on ``inputs``, as in AllenNLP)."""
@@ -239,13 +254,14 @@ def _with_boundaries(tokens: torch.Tensor, boundaries: torch.Tensor, lengths: to
     return table.index_select(0, index.reshape(-1)).view(batch, steps + 2, dim)
 
 
-def _check_byte_model(encoder: ElmoEncoder) -> None:
-    """Refuse a model that does not read AllenNLP's byte ids (an ELMoForManyLangs conversion)."""
+def _check_byte_model(encoder: ElmoEncoder, options_file: Optional[PathLike]) -> None:
+    """Refuse a model that does not read AllenNLP's byte ids (an ELMoForManyLangs conversion), naming the
+    ``options_file`` the user gave."""
     options = encoder.options
     if options.char_vocabulary is not None or options.word_embedding is not None or options.max_characters_per_token != MAX_CHARACTERS:
         raise ElmoSettingsError(
-            "this model reads its own character table or word vectors (an ELMoForManyLangs conversion), not "
-            "AllenNLP's byte ids from batch_to_ids; use spacy_elmo.ElmoEmbedder for it"
+            f"options_file {str(options_file)!r} is a model that reads its own character table or word vectors (an "
+            f"ELMoForManyLangs conversion), not AllenNLP's byte ids from batch_to_ids; use spacy_elmo.ElmoEmbedder for it"
         )
 
 
@@ -253,7 +269,7 @@ def _check_char_ids(inputs: torch.Tensor) -> None:
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or inputs.shape[-1] != MAX_CHARACTERS:
         found = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
         raise ElmoSettingsError(
-            f"ELMo takes character ids of shape (batch, timesteps, 50) from batch_to_ids, found {found}"
+            f"inputs must be character ids of shape (batch, timesteps, 50) from batch_to_ids, found {found}"
         )
 
 
@@ -266,6 +282,16 @@ def _in_cache(word_inputs: torch.Tensor, inputs: torch.Tensor, word_vectors: tor
             f"{tuple(inputs.shape[:2])} tokens; give one word id per token, (batch, timesteps)"
         )
     return bool(((word_inputs >= 0) & (word_inputs < word_vectors.shape[0])).all())
+
+
+def _check_mix_parameters(scalar_mix_parameters: Optional[Sequence[float]], num_layers: int) -> None:
+    """Refuse, naming ``Elmo``'s argument, fixed mix weights that are not one per biLM layer (ScalarMix would name
+    its own)."""
+    if scalar_mix_parameters is not None and len(scalar_mix_parameters) != num_layers:
+        raise ElmoSettingsError(
+            f"scalar_mix_parameters gives {len(scalar_mix_parameters)} weights, but the biLM has {num_layers} "
+            f"layers; give one weight per layer"
+        )
 
 
 class Elmo(nn.Module):
@@ -322,6 +348,7 @@ class Elmo(nn.Module):
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
         self._scalar_mixes: List[ScalarMix] = []
+        _check_mix_parameters(scalar_mix_parameters, self._elmo_lstm.num_layers)
         for k in range(num_output_representations):
             mix = ScalarMix(
                 self._elmo_lstm.num_layers,
@@ -343,9 +370,7 @@ class Elmo(nn.Module):
         """Run the biLM's products at ``precision`` from now on; ``"fp16"`` after ``.to("cuda")``."""
         self._elmo_lstm.set_precision(precision)
 
-    def forward(
-        self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
-    ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+    def forward(self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None) -> ElmoOutput:
         """``inputs``: char ids ``(batch, timesteps, 50)`` or ``(..., timesteps, 50)``; ``word_inputs``: word ids of
         the same leading shape, with ``vocab_to_cache``."""
         leading = tuple(inputs.shape[:-1])

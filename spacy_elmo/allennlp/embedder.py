@@ -132,9 +132,9 @@ class ElmoEmbedder:
             sentences = [line.strip() for line in input_file]
         blank = [i for i, line in enumerate(sentences) if not line]
         if blank:
-            raise ConfigurationError(f"the input has empty lines (0-based: {blank[:10]}); remove them, one sentence per line")
+            raise ConfigurationError(f"input_file has empty lines (0-based: {blank[:10]}); remove them, one sentence per line")
         if use_sentence_keys and len(set(sentences)) < len(sentences):
-            raise ConfigurationError("use_sentence_keys needs distinct lines, and the input repeats one; leave it off to key by line number")
+            raise ConfigurationError("use_sentence_keys needs distinct lines, and input_file repeats one; leave it off to key by line number")
         from tqdm import tqdm
 
         vectors = self.embed_sentences((line.split() for line in sentences), batch_size)

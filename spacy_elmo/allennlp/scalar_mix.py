@@ -36,8 +36,8 @@ class ScalarMix(nn.Module):
             initial_scalar_parameters = [0.0] * mixture_size
         if len(initial_scalar_parameters) != mixture_size:
             raise ElmoSettingsError(
-                f"scalar_mix_parameters gives {len(initial_scalar_parameters)} weights, but the biLM has "
-                f"{mixture_size} layers; give one weight per layer"
+                f"initial_scalar_parameters gives {len(initial_scalar_parameters)} weights, but mixture_size is "
+                f"{mixture_size}; give one weight per tensor to mix"
             )
         self.mixture_size = mixture_size
         self.do_layer_norm = do_layer_norm
@@ -53,11 +53,17 @@ class ScalarMix(nn.Module):
     def forward(self, tensors: Sequence[torch.Tensor], mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The mix of ``tensors`` (each ``(batch, time, dim)``); ``mask`` ``(batch, time)`` is needed for layer norm."""
         if len(tensors) != self.mixture_size:
-            raise ElmoSettingsError(f"this scalar mix takes {self.mixture_size} layers, found {len(tensors)}")
+            raise ElmoSettingsError(
+                f"tensors holds {len(tensors)} tensors, but this ScalarMix has mixture_size {self.mixture_size}; "
+                f"give one tensor per weight"
+            )
         weights = self.weights()
         if self.do_layer_norm:
             if mask is None:
-                raise ElmoSettingsError("a scalar mix with layer norm needs the mask of the positions to normalise over")
+                raise ElmoSettingsError(
+                    "mask is None, but this ScalarMix has do_layer_norm=True: pass mask, (batch, time), the positions "
+                    "to normalise over"
+                )
             tensors = [_layer_norm(tensor, mask) for tensor in tensors]
         return self.gamma * sum(weight * tensor for weight, tensor in zip(weights, tensors))
 

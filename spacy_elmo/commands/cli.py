@@ -10,11 +10,17 @@ from ..errors import ElmoError, ElmoSettingsError, PlotError, PretrainConfigErro
 from ..util.interrupts import sigterm_as_interrupt
 from ..model.options import PRESET_NAMES
 
-# What an option that sets the biLM shows as its default: that setting's (BiLmSettings', read only when embed runs,
-# so that the command line starts without torch), which an option left out keeps.
-BILM_DEFAULT = "the biLM setting's"
+# The defaults of embed's options that set the biLM: BiLmSettings' (tests/commands/test_cli.py checks them), which
+# an option left out (None) keeps. Written here, as --help shows them, so that the command line starts without torch.
+BILM_DEFAULTS = {"--lang": "en", "--max-tokens": 256, "--initial-state": "auto", "--precision": "fp32"}
 
-app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs, embed a corpus, plot what was learned.", no_args_is_help=True)
+
+def bilm_help(option: str, text: str) -> str:
+    """``text`` with the default of the biLM setting ``option`` sets, shown as click shows an option's default (its
+    own default, None, would show nothing)."""
+    return f"{text}  [default: {BILM_DEFAULTS[option]}]"
+
+app = typer.Typer(name="spacy_elmo", help="ELMo for spaCy: pretrain a biLM, write configs, embed a corpus, plot what was learned.", no_args_is_help=True, rich_markup_mode=None)
 
 
 def _show_version(value: bool) -> None:
@@ -213,7 +219,7 @@ def embed(
     input_file: Path = typer.Argument(..., help="Text (one sentence or document per line) or JSONL (--jsonl)"),
     output_file: str = typer.Argument(..., help="HDF5 file to write; {shard} in it becomes the shard index"),
     jsonl: bool = typer.Option(False, "--jsonl", help='Input lines are JSON objects with "text" or "tokens"'),
-    lang: Optional[str] = typer.Option(None, "--lang", help="spaCy language whose tokenizer splits the text; without --options/--weights, also picks the embedded model (en, zh)", show_default=BILM_DEFAULT),
+    lang: Optional[str] = typer.Option(None, "--lang", help=bilm_help("--lang", "spaCy language whose tokenizer splits the text; without --options/--weights, also picks the embedded model (en, zh)")),
     whitespace: bool = typer.Option(False, "--whitespace", help="Split text on whitespace instead of spaCy's tokenizer"),
     layers: str = typer.Option("all", "--layers", help="all | top | average | mix"),
     mix_weights: Optional[str] = typer.Option(None, "--mix-weights", help="For --layers mix: one weight per layer, e.g. 0.2,0.5,0.3"),
@@ -222,10 +228,10 @@ def embed(
     weight_file: str = typer.Option(None, "--weights", help="weights .hdf5 of another ELMo model"),
     model: Optional[str] = typer.Option(None, "--model", help="Name of a downloaded model instead of --options/--weights (see: list)"),
     batch_size: int = typer.Option(32, "--batch-size", help="Lines per biLM call"),
-    max_sentence_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Lines longer than this are cut into windows of at most this many tokens, each embedded on its own", show_default=BILM_DEFAULT),
-    initial_state: Optional[str] = typer.Option(None, "--initial-state", help="auto | zeros | warm: where each window's LSTMs start", show_default=BILM_DEFAULT),
+    max_sentence_tokens: Optional[int] = typer.Option(None, "--max-tokens", help=bilm_help("--max-tokens", "Lines longer than this are cut into windows of at most this many tokens, each embedded on its own")),
+    initial_state: Optional[str] = typer.Option(None, "--initial-state", help=bilm_help("--initial-state", "auto | zeros | warm: where each window's LSTMs start")),
     device: str = typer.Option("cpu", "--device", help="torch device; 'cuda' under torchrun means cuda:$LOCAL_RANK"),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (exact) | int8 | bf16 (CPUs with bf16) | fp16 (GPUs): the biLM's products", show_default=BILM_DEFAULT),
+    precision: Optional[str] = typer.Option(None, "--precision", help=bilm_help("--precision", "fp32 (exact) | int8 | bf16 (CPUs with bf16) | fp16 (GPUs): the biLM's products")),
     shard: str = typer.Option("0/1", "--shard", help="i/n: embed lines k with k % n == i; auto: RANK/WORLD_SIZE"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:

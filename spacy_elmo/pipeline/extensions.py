@@ -19,7 +19,7 @@ to ``doc.tensor`` (which spaCy keeps aligned by its own rule), and :func:`refuse
 pipeline whose ``tok2vec`` passes its vectors there.
 """
 import multiprocessing
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Iterator, Optional, Sequence, TypeVar, Union, overload
 
 import numpy as np
 from spacy.language import Language, _apply_pipes
@@ -147,6 +147,18 @@ def set_vector_hooks(doc: Doc, width: int) -> Doc:
         similarity=hooks.similarity,
     )
     return doc
+
+
+# A sequence of Docs comes back as itself, typed as given (a list stays a list).
+DocSequence = TypeVar("DocSequence", bound=Sequence[Doc])
+
+
+@overload  # a sequence is an iterable too: this first match wins, as intended
+def with_vector_hooks(docs: DocSequence) -> DocSequence: ...  # type: ignore[overload-overlap]
+
+
+@overload
+def with_vector_hooks(docs: Iterable[Doc]) -> Iterator[Doc]: ...
 
 
 def with_vector_hooks(docs: Iterable[Doc]) -> Iterable[Doc]:

@@ -47,7 +47,7 @@ def test_shorter_sentences_are_padded_with_zero_tokens():
 
 
 def test_a_string_instead_of_a_list_of_sentences_is_refused():
-    with pytest.raises(ElmoSettingsError, match="tokenised sentences"):
+    with pytest.raises(ElmoSettingsError, match="^batch must be a list of tokenised sentences"):
         batch_to_ids(["a sentence"])
 
 

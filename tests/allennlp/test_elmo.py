@@ -1,10 +1,13 @@
 """Elmo and its biLM module against the reference fixtures, AllenNLP's documented semantics and hand computations."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from spacy_elmo.allennlp import Elmo, ElmoBiLm, batch_to_ids
 from spacy_elmo.errors import ElmoSettingsError, NotDownloadedError
+from spacy_elmo.formats.manylangs import convert
 from tests.allennlp.conftest import reference_batches
 from tests.conftest import ALLENNLP, BILM_TF, ROUNDING
 
@@ -240,8 +243,9 @@ def test_a_model_name_that_is_not_downloaded_says_how_to_get_it(monkeypatch, tmp
         (lambda f: Elmo(*f, 1, vocab_to_cache=["@@PADDING@@", "a"])(batch_to_ids([["a"]]), torch.tensor([[1, 1]])), "word_inputs has shape"),
         (lambda f: Elmo(*f, 1, stateful=False, cache_size=8), r"unknown ELMo setting\(s\) \['cache_size'\]"),
         (lambda f: Elmo(None, None, 1, module=ElmoBiLm(*f), stateful=False), "give them to that module"),
-        (lambda f: Elmo(*f, 1)(torch.zeros(2, 3, dtype=torch.long)), r"\(batch, timesteps, 50\)"),
-        (lambda f: Elmo(*f, 1, scalar_mix_parameters=[0.0, 1.0]), "one weight per layer"),
+        (lambda f: Elmo(*f, 1)(torch.zeros(2, 3, dtype=torch.long)), r"^inputs must be .*\(batch, timesteps, 50\)"),
+        (lambda f: Elmo(*f, 1, scalar_mix_parameters=[0.0, 1.0]), "^scalar_mix_parameters gives 2 weights, but the biLM "
+                                                                  "has 3 layers; give one weight per layer"),
     ],
     ids=["module-and-files", "weights-alone", "word-shape", "unknown-setting", "module-and-settings", "char-shape", "mix-length"],
 )
@@ -274,3 +278,11 @@ def test_importing_the_package_imports_neither_spacy_nor_thinc():
 def test_an_empty_batch_gives_empty_outputs(allennlp_files):
     out = Elmo(*allennlp_files, 2)(batch_to_ids([]))
     assert [tuple(r.shape) for r in out["elmo_representations"]] == [(0, 0, 32)] * 2 and out["mask"].shape == (0, 0)
+
+
+def test_a_model_with_its_own_character_table_is_refused_naming_its_options_file(tmp_path):
+    """An ELMoForManyLangs conversion reads no byte ids from batch_to_ids: the error names the options_file given."""
+    options, weights = tmp_path / "options.json", tmp_path / "weights.hdf5"
+    convert(Path(__file__).resolve().parents[1] / "data" / "manylangs_tiny", options, weights)
+    with pytest.raises(ElmoSettingsError, match=f"^options_file '{options}' is a model that reads its own character"):
+        ElmoBiLm(options, weights)

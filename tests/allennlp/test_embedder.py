@@ -77,8 +77,8 @@ def test_embed_file_with_sentence_keys_or_forgetting_sentences(allennlp_files, t
 @pytest.mark.parametrize(
     "text, settings, message",
     [
-        ("a\n\nb\n", {}, r"empty lines \(0-based: \[1\]\)"),
-        ("a\na\n", {"use_sentence_keys": True}, "distinct lines"),
+        ("a\n\nb\n", {}, r"^input_file has empty lines \(0-based: \[1\]\)"),
+        ("a\na\n", {"use_sentence_keys": True}, "^use_sentence_keys needs distinct lines, and input_file repeats one"),
         ("a\n", {"output_format": "mean"}, "output_format must be one of"),
     ],
     ids=["blank-line", "repeated-key", "format"],

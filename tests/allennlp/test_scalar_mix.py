@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from spacy_elmo import ElmoSettingsError
 from spacy_elmo.allennlp import Elmo, ElmoBiLm, ScalarMix, batch_to_ids
 from tests.conftest import ROUNDING
 
@@ -74,3 +75,17 @@ def test_elmos_layer_norm_runs_over_the_sentence_markers_too(allennlp_files):
     for row, sentence in enumerate(sentences):
         np.testing.assert_allclose(got[row, : len(sentence)], expected[row, 1 : len(sentence) + 1], **ROUNDING)
         assert not got[row, len(sentence) :].any()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ScalarMix(3, initial_scalar_parameters=[0.0, 0.0]),
+     "^initial_scalar_parameters gives 2 weights, but mixture_size is 3"),
+    (lambda: ScalarMix(3)([torch.ones(1, 2, 4)] * 2), "^tensors holds 2 tensors, but this ScalarMix has mixture_size 3"),
+    (lambda: ScalarMix(2, do_layer_norm=True)([torch.ones(1, 2, 4)] * 2), "^mask is None, but this ScalarMix has "
+                                                                           "do_layer_norm=True"),
+], ids=["weights", "tensors", "mask"])
+def test_a_mistake_is_one_line_naming_the_argument_given(call, message):
+    """ScalarMix's own arguments, not Elmo's (scalar_mix_parameters) nor a biLM's layers: none is involved."""
+    with pytest.raises(ElmoSettingsError, match=message) as error:
+        call()
+    assert "\n" not in str(error.value)

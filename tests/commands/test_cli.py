@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 from confection import Config
+import typer
 from typer.testing import CliRunner
 
 from spacy_elmo.commands.cli import _held_out, app
+from spacy_elmo.runtime.settings import DEFAULTS, embed_options
 from spacy_elmo.model.options import preset
 
 from tests.conftest import torchrun
@@ -48,6 +50,38 @@ def test_version_prints_the_package_version():
     version = re.search(r'__version__ = "([^"]+)"', about).group(1)
     done = _cli("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"spacy-elmo {version}"
+
+
+
+def _help(*command: str) -> str:
+    """What ``python -m spacy_elmo [command] --help`` prints."""
+    done = CliRunner().invoke(app, [*command, "--help"])
+    assert done.exit_code == 0, done.output
+    return done.output
+
+
+@pytest.mark.parametrize("command", [None, *typer.main.get_command(app).commands])
+def test_help_shows_a_value_placeholder_exactly_for_the_options_that_take_a_value(command):
+    """Flags (--jsonl, --quiet, --version, --help) take no value, so --help shows none after them; the others show
+    the kind of value they take (``<int>``)."""
+    group = typer.main.get_command(app)
+    click_command = group if command is None else group.commands[command]
+    shown = _help(*([] if command is None else [command]))
+    options = [param for param in click_command.params if param.param_type_name == "option"]
+    for option in [*options, click_command.get_help_option(typer.Context(click_command))]:
+        names = ", ".join(sorted(option.opts, key=len))
+        after = re.search(rf"^  {re.escape(names)}( \S+)?", shown, re.M)
+        assert after is not None, (names, shown)
+        assert (after[1] is not None and after[1].startswith(" <")) == (not option.is_flag), after[0]
+
+
+def test_embed_help_shows_the_defaults_of_the_biLM_options_the_settings_have():
+    """An option left out keeps the biLM setting's default: --help shows that value (docs/cli.md's table)."""
+    shown = " ".join(_help("embed").split())
+    for option, setting in embed_options().items():
+        default = getattr(DEFAULTS, setting)
+        if default is not None:  # the model files: the embedded model, said in words
+            assert re.search(rf"{option} <\w+> [^[]*\[default: {default}\]", shown), (option, default)
 
 
 def test_list_starts_with_the_cache_and_shows_the_embedded_models(tmp_path):

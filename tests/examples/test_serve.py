@@ -14,10 +14,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Iterable, Iterator, Tuple
 
 import httpx
 import numpy as np
@@ -98,14 +100,16 @@ def embedded_server():
 # The limits of the limited server: small, so that the tests send little.
 TEXT_LIMIT = 2_000
 BODY_LIMIT = 20_000
+REPLY_LIMIT = 200_000
 
 
 @pytest.fixture(scope="module")
 def limited_server():
-    """The example app serving the fixture model with a text limit of TEXT_LIMIT characters and a body limit of
-    BODY_LIMIT bytes; its base URL."""
+    """The example app serving the fixture model with a text limit of TEXT_LIMIT characters, a body limit of
+    BODY_LIMIT bytes and a reply limit of REPLY_LIMIT bytes; its base URL."""
     env = _server_env(ELMO_OPTIONS_FILE=MODEL["options_file"], ELMO_WEIGHT_FILE=MODEL["weight_file"],
-                      ELMO_MAX_TEXT_CHARS=str(TEXT_LIMIT), ELMO_MAX_BODY_BYTES=str(BODY_LIMIT))
+                      ELMO_MAX_TEXT_CHARS=str(TEXT_LIMIT), ELMO_MAX_BODY_BYTES=str(BODY_LIMIT),
+                      ELMO_MAX_REPLY_BYTES=str(REPLY_LIMIT))
     with _serving(env) as (url, _):
         yield url
 
@@ -188,7 +192,7 @@ def test_a_model_that_cannot_be_used_stops_the_server_with_one_line(variable, va
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variable", ["ELMO_MAX_TEXT_CHARS", "ELMO_MAX_BODY_BYTES"])
+@pytest.mark.parametrize("variable", ["ELMO_MAX_TEXT_CHARS", "ELMO_MAX_BODY_BYTES", "ELMO_MAX_REPLY_BYTES"])
 def test_a_limit_that_is_not_a_positive_number_stops_the_server_with_one_line(variable):
     env = _server_env(ELMO_OPTIONS_FILE=MODEL["options_file"], ELMO_WEIGHT_FILE=MODEL["weight_file"], **{variable: "10MB"})
     process, _ = _start(env)
@@ -299,3 +303,95 @@ def test_a_token_longer_than_the_model_reads_is_reported_and_not_echoed_whole(se
     assert got["truncated"] == [{"index": 1, "length": len(token.encode("utf-8")), "read": 48, "unit": "bytes"}]
     assert len(reply.content) < 20_000
     np.testing.assert_allclose(got["vector"], nlp(f"A {token} here")._.elmo.mean(axis=0), **ROUNDING)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, field", [
+    ({"text": 123}, "text"),
+    ({"token_vectors": True}, "text"),
+    ({"text": "The cat sat .", "token_vectors": "yes"}, "token_vectors"),
+    ({"text": "The cat sat .", "token_vectors": 1}, "token_vectors"),
+    ({"text": "The cat sat .", "token_vector": True}, "token_vector"),
+    ('{"text": "The cat', "the body is not JSON"),
+], ids=["text-a-number", "text-missing", "yes-is-no-boolean", "1-is-no-boolean", "field-misspelt", "not-json"])
+def test_a_request_of_the_wrong_shape_is_refused_with_422_in_one_line_naming_the_field(server, body, field: str):
+    """As every other refusal: one line in ``detail`` (not FastAPI's list of objects), starting with what is wrong;
+    a string is not read as a boolean, and a misspelt field is not ignored."""
+    content = body if isinstance(body, str) else json.dumps(body)
+    reply = httpx.post(f"{server}/embed", content=content, headers={"content-type": "application/json"},
+                       timeout=REQUEST_S)
+    detail = reply.json()["detail"]
+    assert reply.status_code == 422 and isinstance(detail, str) and "\n" not in detail, reply.text
+    assert detail.startswith(field), detail
+    assert _still_serving(server)
+
+
+@pytest.mark.slow
+def test_a_body_that_is_not_utf8_is_refused_with_400_in_one_line_naming_the_byte(server):
+    """Latin-1's "é" (0xE9) where UTF-8 is expected: byte 13 of the body."""
+    reply = httpx.post(f"{server}/embed", content=b'{"text": "caf\xe9 au lait"}',
+                       headers={"content-type": "application/json"}, timeout=REQUEST_S)
+    detail = reply.json()["detail"]
+    assert reply.status_code == 400 and "UTF-8" in detail and "byte 13" in detail and "\n" not in detail, reply.text
+    assert _still_serving(server)
+
+
+@pytest.mark.slow
+def test_a_reply_over_the_limit_is_refused_with_413_before_the_bilm_runs(limited_server, server):
+    """ELMO_MAX_REPLY_BYTES: 400 tokens with their vectors make a reply over the limit (measured on the server
+    without one): refused, naming the limit, and the biLM does not run for it; the same text without its token
+    vectors, and 200 tokens with theirs, are answered, within the limit."""
+    def ask(url: str, words: int, token_vectors: bool) -> httpx.Response:
+        text = " ".join(["cat"] * words)
+        return httpx.post(f"{url}/embed", json={"text": text, "token_vectors": token_vectors}, timeout=REQUEST_S)
+
+    assert len(ask(server, 400, True).content) > REPLY_LIMIT
+    before = httpx.get(f"{limited_server}/stats", timeout=REQUEST_S).json()["items_run"]
+    refused = ask(limited_server, 400, True)
+    detail = refused.json()["detail"]
+    assert refused.status_code == 413 and f"{REPLY_LIMIT:,}" in detail and "ELMO_MAX_REPLY_BYTES" in detail, detail
+    assert httpx.get(f"{limited_server}/stats", timeout=REQUEST_S).json()["items_run"] == before
+    for words, token_vectors in [(400, False), (200, True)]:
+        answered = ask(limited_server, words, token_vectors)
+        assert answered.status_code == 200 and len(answered.content) <= REPLY_LIMIT, answered.text[:200]
+
+
+@pytest.mark.slow
+def test_the_default_reply_limit_is_32_mib(server):
+    """docs/usage.md: 33,554,432 bytes by default. 50,000 tokens with their vectors at the fixture model's width (32
+    values, which JSON writes in 21 to 22 bytes each with their commas) would take about 35 MB: refused; without
+    their vectors they are answered."""
+    text = "a " * 50_000
+    refused = httpx.post(f"{server}/embed", json={"text": text, "token_vectors": True}, timeout=REQUEST_S)
+    assert refused.status_code == 413 and "33,554,432" in refused.json()["detail"], refused.text
+    answered = httpx.post(f"{server}/embed", json={"text": text}, timeout=REQUEST_S)
+    assert answered.status_code == 200 and len(answered.json()["tokens"]) == 50_000
+
+def _over_the_limit(chunked: bool) -> Iterable[bytes]:
+    """A body of 5 MB, 250 times the limit: one piece (sent with its Content-Length) or 100 (sent chunked)."""
+    parts = [b'{"text": "'] + [b"a " * 25_000] * 100 + [b'"}']
+    return iter(parts) if chunked else b"".join(parts)
+
+
+def _post(client: str, url: str, body: Iterable[bytes]) -> Tuple[int, str]:
+    """POST ``body`` with ``client`` (Python's urllib, or httpx): the status and body of the answer."""
+    headers = {"Content-Type": "application/json"}
+    if client == "httpx":
+        reply = httpx.post(url, content=body, headers=headers, timeout=REQUEST_S)
+        return reply.status_code, reply.text
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=REQUEST_S) as reply:
+            return reply.status, reply.read().decode("utf-8")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode("utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+@pytest.mark.parametrize("client", ["urllib", "httpx"])
+def test_every_client_reads_the_413_of_a_body_over_the_limit(limited_server, client: str, chunked: bool):
+    """urllib (http.client) writes the whole body before it reads the answer: the server reads and drops the rest of
+    the body after answering, so it gets the 413 rather than a reset connection or a broken pipe."""
+    status, answer = _post(client, f"{limited_server}/embed", _over_the_limit(chunked))
+    assert status == 413 and f"{BODY_LIMIT:,} bytes" in json.loads(answer)["detail"], answer
+    assert _still_serving(limited_server)
