@@ -42,12 +42,13 @@ def token_spans(doc: Doc) -> np.ndarray:
 def put_rows(doc: Doc, rows: Dict[str, Optional[np.ndarray]]) -> None:
     """Record ``rows`` (by kind; None: not kept) for the Doc's current tokens, replacing the records of earlier
     annotations; a record with no rows still says that the component annotated the Doc."""
-    for key in _record_keys(doc):
+    for key in _record_keys(doc) if doc.user_data else ():
         del doc.user_data[key]
     record: Dict[str, Any] = {kind: value for kind, value in rows.items() if value is not None}
     if record:
         record.update(spans=token_spans(doc), text=doc.text)
-    doc.user_data[("._.", ROWS_KEY, 0, len(doc.text))] = record
+    end = doc[-1].idx + len(doc[-1].text_with_ws) if len(doc) else 0  # len(doc.text), without making the text
+    doc.user_data[("._.", ROWS_KEY, 0, end)] = record
 
 
 def annotated(doc: Doc) -> bool:
