@@ -6,7 +6,8 @@ Checks, failing with a message on the first problem:
 0. torch alone (no spaCy needed): the biLM on CUDA gives the CPU's vectors, and a bf16 step of its language
    model trains there (loss finite, weights move);
 1. after ``spacy.require_gpu()`` the biLM runs on CUDA, ``Doc._.elmo`` is CPU numpy, equal to the CPU run;
-2. a listener NER trains a few steps on GPU (its mix weights are cupy arrays and move);
+2. a listener NER trains a few steps on GPU (its mix weights are cupy arrays and move), and at prediction reads
+   the layers as cupy arrays, on the device the biLM made them on;
 3. a pipeline saved on GPU loads in a CPU-only process with the same vectors, and loads back on GPU.
 Checks 1-3 need spaCy (and cupy); where spaCy is not installed (a lent machine) they are reported as not run.
 ``--cpu`` runs the same steps without a GPU (to check the script itself).
@@ -150,6 +151,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     assert type(scalars).__module__.startswith("cupy" if not args.cpu else "numpy"), type(scalars)
     assert float(abs(scalars).max()) > 0, "the listener's mix did not move"
     print(f"2. listener NER training on {device}: ok (loss {losses['ner']:.3f}, mix {scalars})")
+    doc = nlp.get_pipe("elmo")(nlp.make_doc(TEXTS[0]))
+    (listener,) = [n for n in nlp.get_pipe("ner").model.walk() if n.name == "elmo-listener"]
+    (read,) = listener.predict([doc])
+    assert type(read).__module__.startswith("cupy" if not args.cpu else "numpy"), type(read)
+    print(f"2b. the listener reads the layers where the biLM made them ({type(read).__module__})")
 
     with tempfile.TemporaryDirectory() as tmp:
         nlp.to_disk(tmp)

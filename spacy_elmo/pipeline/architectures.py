@@ -235,11 +235,12 @@ def frozen_backprop(d_layers: Any) -> List[Doc]:
 
 
 def doc_layers(model: Model, docs: Sequence[Doc], fresh: bool = False) -> List[Floats3d]:
-    """Per Doc, its layers ``(n_layers + 1, len(doc), dim)``, each an array of its own, computed by the runtime
-    without autograd (``fresh``: a stateful biLM from its initial state, its carried state left as it is)."""
+    """Per Doc, its layers ``(n_layers + 1, len(doc), dim)``, each an array of its own on the biLM's device (cupy on
+    GPU: the layers reach a listener there without a trip through the host), computed by the runtime without
+    autograd (``fresh``: a stateful biLM from its initial state, its carried state left as it is)."""
     runtime = runtime_of(model)
     words, per_doc = _doc_segments(runtime, docs)
-    return runtime.layers(words, per_doc, fresh)
+    return [torch2xp(x) for x in runtime.layers(words, per_doc, fresh, on_device=True)]
 
 
 def doc_mixes(model: Model, docs: Sequence[Doc], weights: MixWeights) -> List[Floats2d]:

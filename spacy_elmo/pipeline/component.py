@@ -39,7 +39,8 @@ from .listener import link, listener_nodes, send_training_batch, set_listener_di
 
 
 class ElmoOutput(NamedTuple):
-    """What :meth:`Elmo.predict` found for one Doc: its layers and/or its mixed vectors (numpy, its own)."""
+    """What :meth:`Elmo.predict` found for one Doc: its layers (on the biLM's device) and/or its mixed vectors
+    (numpy), each an array of its own."""
 
     layers: Optional[Floats3d]
     vectors: Optional[Floats2d]
@@ -229,8 +230,9 @@ class Elmo(TrainablePipe):
             return [ElmoOutput(None, None) for _ in docs]
         if not need_layers:
             return [ElmoOutput(None, vectors) for vectors in doc_mixes(self.model, docs, self.mix_weights)]
-        layers = [self.model.ops.to_numpy(x) for x in self.model.predict(docs)]
-        return [ElmoOutput(x, mix_layers(self.mix_weights, x) if need_vectors else None) for x in layers]
+        to_numpy, weights = self.model.ops.to_numpy, self.mix_weights
+        layers = self.model.predict(docs)
+        return [ElmoOutput(x, mix_layers(weights, to_numpy(x)) if need_vectors else None) for x in layers]
 
     @property
     def mix_weights(self) -> MixWeights:
@@ -247,7 +249,8 @@ class Elmo(TrainablePipe):
         with_layers = [(doc, output.layers) for doc, output in zip(docs, outputs) if output.layers is not None]
         self.handoff.put([doc for doc, _ in with_layers], [x for _, x in with_layers])
         for doc, (layers, vectors) in zip(docs, outputs):
-            put_rows(doc, {VECTORS: vectors if self.store_vectors else None, LAYERS: layers if self.store_layers else None})
+            stored_layers = self.model.ops.to_numpy(layers) if self.store_layers else None
+            put_rows(doc, {VECTORS: vectors if self.store_vectors else None, LAYERS: stored_layers})
             if self.set_tensor and vectors is not None:
                 doc.tensor = vectors
             if hooks and vectors is not None:

@@ -24,6 +24,8 @@ from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
 MixWeights = Tuple[float, ...]
+# What a call gets back: host (numpy) arrays, or tensors on the biLM's device (``on_device``).
+Rows = Union[np.ndarray, torch.Tensor]
 
 
 class Segment(NamedTuple):
@@ -33,7 +35,7 @@ class Segment(NamedTuple):
 
     words: Sequence[str]
     mix: Optional[MixWeights]
-    out: np.ndarray
+    out: "Rows"
     carry: bool
 
 
@@ -135,30 +137,40 @@ class ElmoRuntime:
     # --- inference ---
 
     def layers(
-        self, segments: Sequence[Sequence[str]], joined: Optional[Sequence[int]] = None, fresh: bool = False
-    ) -> List[np.ndarray]:
-        """Each segment's layers, ``(n_layers + 1, len(segment), dim)`` float32 on the host; with ``joined``, one
-        array per group of ``joined[k]`` consecutive segments, their tokens end to end (a group of 0: no tokens).
-        ``fresh``: a stateful biLM runs the call from its initial state and leaves its carried state as it is (a
-        listener asking again for layers the ``elmo`` component computed before)."""
-        return self._submit(segments, None, joined, fresh)
+        self,
+        segments: Sequence[Sequence[str]],
+        joined: Optional[Sequence[int]] = None,
+        fresh: bool = False,
+        on_device: bool = False,
+    ) -> List[Rows]:
+        """Each segment's layers, ``(n_layers + 1, len(segment), dim)`` float32 on the host (``on_device``: torch
+        tensors on the biLM's device, for a consumer there, such as a listener on GPU); with ``joined``, one array per
+        group of ``joined[k]`` consecutive segments, their tokens end to end (a group of 0: no tokens). ``fresh``: a
+        stateful biLM runs the call from its initial state and leaves its carried state as it is (a listener asking
+        again for layers the ``elmo`` component computed before)."""
+        return self._submit(segments, None, joined, fresh, on_device)
 
     def mixed(
         self, segments: Sequence[Sequence[str]], weights: MixWeights, joined: Optional[Sequence[int]] = None
     ) -> List[np.ndarray]:
         """Each segment's ``sum_j weights[j] * layer_j``, ``(len(segment), dim)`` float32 on the host; ``joined`` as
         in :meth:`layers`."""
-        return self._submit(segments, tuple(weights), joined, False)
+        return self._submit(segments, tuple(weights), joined, False, False)
 
     def _submit(
-        self, segments: Sequence[Sequence[str]], mix: Optional[MixWeights], joined: Optional[Sequence[int]], fresh: bool
-    ) -> List[np.ndarray]:
+        self,
+        segments: Sequence[Sequence[str]],
+        mix: Optional[MixWeights],
+        joined: Optional[Sequence[int]],
+        fresh: bool,
+        on_device: bool,
+    ) -> List[Rows]:
         """The arrays of a call, filled by biLM runs that a request batcher plans: the runtime's, or without
         ``batch_requests`` one of the call's own, which plans the same runs but merges nothing (a stateful call: one
         run, in its turn). A stateless call's segments go longest first, so that the runs cut from it hold segments
         of similar lengths (little padding)."""
         lengths = [len(words) for words in segments]
-        outputs, places = self._outputs(lengths, mix, joined)
+        outputs, places = self._outputs(lengths, mix, joined, on_device)
         stateful = self.settings.stateful and not fresh
         items = [Segment(words, mix, out, stateful) for words, out in zip(segments, places)]
         shared = stateful or (self.settings.batch_requests and not self.settings.stateful)
@@ -167,9 +179,10 @@ class ElmoRuntime:
         return outputs
 
     def _outputs(
-        self, lengths: List[int], mix: Optional[MixWeights], joined: Optional[Sequence[int]]
-    ) -> Tuple[List[np.ndarray], List[np.ndarray]]:
-        """The arrays a call returns (uninitialised: every row is written) and each segment's rows of them."""
+        self, lengths: List[int], mix: Optional[MixWeights], joined: Optional[Sequence[int]], on_device: bool
+    ) -> Tuple[List[Rows], List[Rows]]:
+        """The arrays a call returns (uninitialised: every row is written), on the host or the biLM's device, and each
+        segment's rows of them."""
         options = self.options
         lead = () if mix is not None else (options.n_output_layers,)
         groups = joined if joined is not None else [1] * len(lengths)
@@ -178,16 +191,18 @@ class ElmoRuntime:
         outputs, places, first = [], [], 0
         for count in groups:
             sizes = lengths[first : first + count]
-            output = np.empty((*lead, sum(sizes), options.output_dim), dtype=np.float32)
+            shape = (*lead, sum(sizes), options.output_dim)
+            output = torch.empty(shape, device=self.device) if on_device else np.empty(shape, dtype=np.float32)
             outputs.append(output)
             places.extend(_split(output, sizes))
             first += count
         return outputs, places
 
-    def _run(self, items: List[Segment]) -> List[np.ndarray]:
+    def _run(self, items: List[Segment]) -> List[Rows]:
         """Computes ``items``, one planned batch, into their arrays (one biLM run per distinct mix, each within the
-        batch's budget) and gives those rows back. Each run may pause between its LSTM steps for calls that arrived
-        while it runs (the batcher's :meth:`~spacy_elmo.serving.request_batcher.RequestBatcher.pause_point`)."""
+        batch's budget; one host transfer per run for the items wanted on the host) and gives those rows back. Each
+        run may pause between its LSTM steps for calls that arrived while it runs (the batcher's
+        :meth:`~spacy_elmo.serving.request_batcher.RequestBatcher.pause_point`)."""
         self._threads_in_force()
         groups: Dict[Tuple[Optional[MixWeights], bool], List[Segment]] = {}
         for item in items:
@@ -196,10 +211,16 @@ class ElmoRuntime:
             words = [item.words for item in members]
             with torch.inference_mode():
                 mix_tensor = None if mix is None else self._mix_tensor(mix)
-                out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point, carry)
-                host = out.float().cpu().numpy()  # the one host transfer of this run
-            for item, piece in zip(members, _split(host, [len(w) for w in words])):
-                item.out[...] = piece
+                out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point, carry).float()
+                lengths = [len(w) for w in words]
+                pieces = _split(out, lengths)
+                wanted_on_host = any(isinstance(item.out, np.ndarray) for item in members)
+                host_pieces = _split(out.cpu().numpy(), lengths) if wanted_on_host else pieces
+                for item, piece, host_piece in zip(members, pieces, host_pieces):
+                    if isinstance(item.out, np.ndarray):
+                        item.out[...] = host_piece
+                    else:
+                        item.out.copy_(piece)
         return [item.out for item in items]
 
     def trained_layers(self, segments: Sequence[Sequence[str]]) -> torch.Tensor:
@@ -247,7 +268,7 @@ def _segment_tokens(segment: Segment) -> int:
     return row_tokens(len(segment.words))
 
 
-def _split(host: np.ndarray, lengths: List[int]) -> List[np.ndarray]:
+def _split(host: Rows, lengths: List[int]) -> List[Rows]:
     """Views of ``host``'s token axis (the second to last), one per length, in order."""
     ends = np.cumsum(lengths)
     return [host[..., end - length : end, :] for end, length in zip(ends, lengths)]

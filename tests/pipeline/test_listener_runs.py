@@ -117,3 +117,27 @@ def test_use_params_swaps_in_the_averaged_biLM_weights_and_restores_them():
     assert not np.allclose(inside, before, **ROUNDING)
     np.testing.assert_array_equal(nlp(text)._.elmo, before)
     assert not torch.equal(dict(shim._model.named_parameters())[name].detach(), torch.as_tensor(np.asarray(value)))
+
+
+def test_the_layers_reach_the_listener_in_the_buffer_the_biLM_filled_on_its_device(monkeypatch):
+    """On a GPU a trip through the host is two copies; on the CPU this checks that there is no copy at all: the runtime
+    is asked for tensors on the biLM's device, and the listener reads their memory."""
+    from spacy_elmo.runtime import ElmoRuntime
+    from spacy_elmo.pipeline.listener import is_listener
+
+    nlp = tagger_and_textcat()
+    made = []
+    layers = ElmoRuntime.layers
+
+    def recording(self, *args, **kwargs):
+        found = layers(self, *args, **kwargs)
+        made.extend(found)
+        return found
+
+    monkeypatch.setattr(ElmoRuntime, "layers", recording)
+    doc = nlp.get_pipe("elmo")(nlp.make_doc("Dogs bark at night ."))
+    (tensor,) = made
+    assert isinstance(tensor, torch.Tensor) and tensor.device == nlp.get_pipe("elmo").runtime.device
+    (node,) = [n for n in nlp.get_pipe("tagger").model.walk() if is_listener(n)]
+    (read,) = node.predict([doc])
+    assert np.shares_memory(read, tensor.numpy())
