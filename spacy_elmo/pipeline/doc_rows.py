@@ -18,7 +18,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from spacy.attrs import IDX, LENGTH
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Token
 
 ROWS_KEY = "elmo_rows"  # the name in the record's user_data key
 VECTORS, LAYERS = "vectors", "layers"  # the kinds of rows a record may hold; layers keep their token axis second
@@ -47,8 +47,12 @@ def put_rows(doc: Doc, rows: Dict[str, Optional[np.ndarray]]) -> None:
     record: Dict[str, Any] = {kind: value for kind, value in rows.items() if value is not None}
     if record:
         record.update(spans=token_spans(doc), text=doc.text)
-    end = doc[-1].idx + len(doc[-1].text_with_ws) if len(doc) else 0  # len(doc.text), without making the text
-    doc.user_data[("._.", ROWS_KEY, 0, end)] = record
+    doc.user_data[_whole_key(doc)] = record
+
+
+def _whole_key(doc: Doc) -> Tuple[str, str, int, int]:
+    """The key of a record of the whole Doc as it is: ``len(doc.text)`` without making the text."""
+    return ("._.", ROWS_KEY, 0, doc[-1].idx + len(doc[-1].text_with_ws) if len(doc) else 0)
 
 
 def annotated(doc: Doc) -> bool:
@@ -70,6 +74,19 @@ def _as_recorded(doc: Doc, kind: str, spans: np.ndarray) -> Optional[np.ndarray]
     if rows is None or not np.array_equal(record["spans"] + keys[0][2], spans):
         return None
     return rows
+
+
+def token_vector(token: Token) -> Optional[np.ndarray]:
+    """The token's vector, None when it has none (:func:`aligned_rows`), without aligning the Doc while the token is
+    the one the biLM saw at its place: one token read costs a lookup, not a pass over the Doc."""
+    doc, i = token.doc, token.i
+    record = doc.user_data.get(_whole_key(doc))
+    if record is not None and VECTORS in record and i < len(record["spans"]):
+        start, end = record["spans"][i]
+        if start == token.idx and end == token.idx + len(token):
+            return record[VECTORS][i]
+    found = aligned_rows(doc, VECTORS)
+    return found.rows[i] if found is not None and found.present[i] else None
 
 
 def aligned_rows(doc: Doc, kind: str) -> Optional[Aligned]:

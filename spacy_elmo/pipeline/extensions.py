@@ -30,7 +30,7 @@ from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..errors import ElmoPipelineError, ElmoSettingsError
-from .doc_rows import LAYERS, VECTORS, Aligned, aligned_rows
+from .doc_rows import LAYERS, VECTORS, Aligned, aligned_rows, token_vector
 
 
 def install_extensions() -> None:
@@ -40,7 +40,7 @@ def install_extensions() -> None:
     if not Doc.has_extension("elmo_layers"):
         Doc.set_extension("elmo_layers", getter=doc_elmo_layers)
     if not Token.has_extension("elmo"):
-        Token.set_extension("elmo", getter=token_elmo)
+        Token.set_extension("elmo", getter=token_vector)
     if not Span.has_extension("elmo"):
         Span.set_extension("elmo", getter=span_elmo)
 
@@ -55,12 +55,6 @@ def doc_elmo_layers(doc: Doc) -> Optional[Floats3d]:
     """``(n_layers + 1, len(doc), dim)`` as :func:`doc_elmo`, for the layers ``store_layers`` keeps."""
     found = aligned_rows(doc, LAYERS)
     return None if found is None else found.rows
-
-
-def token_elmo(token: Token) -> Optional[Floats1d]:
-    """The token's vector (None when it has none)."""
-    found = aligned_rows(token.doc, VECTORS)
-    return found.rows[token.i] if found is not None and found.present[token.i] else None
 
 
 def span_elmo(span: Span) -> Optional[Floats1d]:
@@ -90,10 +84,11 @@ class VectorHooks:
         return found
 
     def token_vector(self, token: Token) -> Floats1d:
-        return self._rows(token.doc).rows[token.i]
+        vector = token_vector(token)
+        return np.zeros(self.width, dtype=np.float32) if vector is None else vector
 
     def token_has_vector(self, token: Token) -> bool:
-        return bool(self._rows(token.doc).present[token.i])
+        return token_vector(token) is not None
 
     def span_vector(self, span: Span) -> Floats1d:
         return _mean_rows(self._rows(span.doc).rows, span.start, span.end)
