@@ -79,7 +79,7 @@ REVEALED = [
     ("ids", r"torch\._tensor\.Tensor$"),
     ('output["mask"]', r"torch\._tensor\.Tensor$"),
     ("hooked", r"^(builtins\.)?list\[spacy\.tokens\.doc\.Doc\]$"),
-    ("handle", r"spacy_elmo\.util\.cancel\.CancelHandle$"),
+    ("handle", r"spacy_elmo\.serving\.cancel\.CancelHandle$"),
     ("spacy_elmo.ElmoOptions", r"spacy_elmo\.model\.options\.ElmoOptions"),
 ]
 
