@@ -23,6 +23,7 @@ from spacy.tokens import Doc, Token
 ROWS_KEY = "elmo_rows"  # the name in the record's user_data key
 VECTORS, LAYERS = "vectors", "layers"  # the kinds of rows a record may hold; layers keep their token axis second
 TOKEN_AXIS = {VECTORS: 0, LAYERS: 1}
+SAVED_BY_0_2 = {VECTORS: "elmo", LAYERS: "elmo_layers"}  # the Doc attributes spacy-elmo 0.2 saved the rows as
 
 
 class Aligned(NamedTuple):
@@ -67,6 +68,9 @@ def exact_rows(doc: Doc, kind: str) -> Optional[np.ndarray]:
 
 def _as_recorded(doc: Doc, kind: str, spans: np.ndarray) -> Optional[np.ndarray]:
     keys = _record_keys(doc)
+    if not keys:  # a Doc saved by spacy-elmo 0.2 (DocBin, to_bytes): its rows, while they fit its tokens
+        saved = doc.user_data.get(("._.", SAVED_BY_0_2[kind], None, None))
+        return saved if isinstance(saved, np.ndarray) and saved.shape[TOKEN_AXIS[kind]] == len(doc) else None
     if len(keys) != 1:
         return None
     record = doc.user_data[keys[0]]

@@ -22,7 +22,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Set
+from typing import Any, Dict, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -52,7 +52,8 @@ class LayerHandoff:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._entries: "OrderedDict[int, _Entry]" = OrderedDict()  # by id(doc), oldest first
-        self._expired: "OrderedDict[int, int]" = OrderedDict()  # id(doc) -> the batch of its layers that expired
+        # id(doc) -> the Doc and the batch of its layers that expired unread
+        self._expired: "OrderedDict[int, Tuple[weakref.ReferenceType[Doc], int]]" = OrderedDict()
         self._readers: Set[int] = set()
         self._nbytes = 0
         self._batch = 0
@@ -99,7 +100,7 @@ class LayerHandoff:
                 self._drop(doc_id)
                 if entry.waiting and entry.doc() is not None:
                     self._readers -= entry.waiting
-                    self._expired[doc_id] = entry.batch
+                    self._expired[doc_id] = (entry.doc, entry.batch)
                     if len(self._expired) > EXPIRIES_KEPT:
                         self._expired.popitem(last=False)
             return bool(self._readers)
@@ -127,8 +128,8 @@ class LayerHandoff:
             self._readers.add(reader)
             entry = self._entries.get(id(doc))
             if entry is None or entry.doc() is not doc:
-                late = self._expired.pop(id(doc), None)
-                if late is not None:
+                expired, late = self._expired.pop(id(doc), (None, 0))
+                if expired is not None and expired() is doc:
                     self._keep = min(MAX_KEEP, max(self._keep, self._batch - late + 1))
                 return None
             self._taken(id(doc), reader)

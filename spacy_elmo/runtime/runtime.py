@@ -212,15 +212,15 @@ class ElmoRuntime:
             with torch.inference_mode():
                 mix_tensor = None if mix is None else self._mix_tensor(mix)
                 out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point, carry).float()
-                lengths = [len(w) for w in words]
-                pieces = _split(out, lengths)
-                wanted_on_host = any(isinstance(item.out, np.ndarray) for item in members)
-                host_pieces = _split(out.cpu().numpy(), lengths) if wanted_on_host else pieces
-                for item, piece, host_piece in zip(members, pieces, host_pieces):
-                    if isinstance(item.out, np.ndarray):
-                        item.out[...] = host_piece
+                lengths, outs = [len(w) for w in words], [item.out for item in members]
+                wanted = {type(o) for o in outs}
+                host = _split(out.cpu().numpy(), lengths) if np.ndarray in wanted else None  # one host transfer
+                device = _split(out, lengths) if torch.Tensor in wanted else None
+                for k, target in enumerate(outs):
+                    if isinstance(target, np.ndarray):
+                        target[...] = host[k]
                     else:
-                        item.out.copy_(piece)
+                        target.copy_(device[k])
         return [item.out for item in items]
 
     def trained_layers(self, segments: Sequence[Sequence[str]]) -> torch.Tensor:

@@ -132,3 +132,12 @@ def test_pieces_of_different_docs_joined_read_their_own_rows_where_the_texts_dif
     joined = Doc.from_docs(pieces)  # first's rows of "Dogs bark at cars" fall on "Fish swim in lakes"
     assert joined.text.strip() == "Cats purr loudly . Fish swim in lakes"
     np.testing.assert_array_equal(joined._.elmo, np.concatenate([first._.elmo[0:4], second._.elmo[3:7]]))
+
+
+def test_a_doc_saved_by_version_0_2_reads_its_saved_rows(nlp):
+    doc = nlp.make_doc("New York .")
+    rows = np.arange(3 * 4, dtype=np.float32).reshape(3, 4)
+    doc.user_data[("._.", "elmo", None, None)] = rows  # how 0.2 kept Doc._.elmo, saved by DocBin(store_user_data=True)
+    restored = next(DocBin(docs=[doc], store_user_data=True).get_docs(nlp.vocab))
+    np.testing.assert_array_equal(restored._.elmo, rows)
+    np.testing.assert_array_equal(restored[1]._.elmo, rows[1])
