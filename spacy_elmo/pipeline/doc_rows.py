@@ -1,8 +1,8 @@
 """Per-token rows that the ``elmo`` component leaves on a Doc, kept so that they follow the Doc wherever spaCy takes it.
 
 One record per annotation, in ``doc.user_data`` under a key of the form spaCy gives a span's ``._`` value,
-``("._.", "elmo_rows", start_char, end_char)``: the Doc's text, the characters of each token as the biLM saw it, and
-its rows (vectors and/or layers). spaCy moves such keys by the right character offset in ``Span.as_doc(copy_user_data=True)``
+``("._.", "elmo_rows", start_char, end_char)``: the characters of each token as the biLM saw it, its text (as
+spaCy's hash, its ``ORTH``), and its rows (vectors and/or layers). spaCy moves such keys by the right character offset in ``Span.as_doc(copy_user_data=True)``
 and ``Doc.from_docs``, copies them with ``Doc.copy()``, and saves them in ``doc.to_bytes()`` and
 ``DocBin(store_user_data=True)``; so the rows go wherever a ``._`` value goes.
 
@@ -17,7 +17,8 @@ import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
-from spacy.attrs import IDX, LENGTH
+from spacy.attrs import IDX, LENGTH, ORTH
+from spacy.strings import get_string_id
 from spacy.tokens import Doc, Token
 
 ROWS_KEY = "elmo_rows"  # the name in the record's user_data key
@@ -47,7 +48,7 @@ def put_rows(doc: Doc, rows: Dict[str, Optional[np.ndarray]]) -> None:
         del doc.user_data[key]
     record: Dict[str, Any] = {kind: value for kind, value in rows.items() if value is not None}
     if record:
-        record.update(spans=token_spans(doc), text=doc.text)
+        record.update(spans=token_spans(doc), orths=doc.to_array(ORTH))
     doc.user_data[_whole_key(doc)] = record
 
 
@@ -151,8 +152,8 @@ def _align(text: str, spans: np.ndarray, records: List[Tuple[int, Dict[str, Any]
 
 def _fitting(text: str, offset: int, record: Dict[str, Any]) -> np.ndarray:
     """Which of the record's tokens, at ``offset``, have their text at their place in ``text``."""
-    recorded = record["text"]
+    places = (record["spans"] + offset).tolist()
     return np.array(
-        [0 <= offset + a and recorded[a:b] == text[offset + a : offset + b] for a, b in record["spans"].tolist()],
+        [0 <= a and get_string_id(text[a:b]) == orth for (a, b), orth in zip(places, record["orths"].tolist())],
         dtype=bool,
     )
