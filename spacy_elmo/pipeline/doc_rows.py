@@ -78,15 +78,17 @@ def _as_recorded(doc: Doc, kind: str, spans: np.ndarray) -> Optional[np.ndarray]
     rows = record.get(kind)
     if rows is None or not np.array_equal(record["spans"] + keys[0][2], spans):
         return None
-    return rows
+    return rows if np.array_equal(record["orths"], doc.to_array(ORTH)) else None
 
 
 def token_vector(token: Token) -> Optional[np.ndarray]:
     """The token's vector, None when it has none (:func:`aligned_rows`), without aligning the Doc while the token is
-    the one the biLM saw at its place: one token read costs a lookup, not a pass over the Doc."""
+    the one the biLM saw at its place (same characters, same text, the Doc's only record): one token read costs a
+    lookup, not a pass over the Doc."""
     doc, i = token.doc, token.i
-    record = doc.user_data.get(_whole_key(doc))
-    if record is not None and VECTORS in record and i < len(record["spans"]):
+    keys = _record_keys(doc)
+    record = doc.user_data[keys[0]] if len(keys) == 1 and keys[0][2] == 0 else {}
+    if VECTORS in record and i < len(record["spans"]) and record["orths"][i] == token.orth:
         start, end = record["spans"][i]
         if start == token.idx and end == token.idx + len(token):
             return record[VECTORS][i]

@@ -141,3 +141,22 @@ def test_a_doc_saved_by_version_0_2_reads_its_saved_rows(nlp):
     restored = next(DocBin(docs=[doc], store_user_data=True).get_docs(nlp.vocab))
     np.testing.assert_array_equal(restored._.elmo, rows)
     np.testing.assert_array_equal(restored[1]._.elmo, rows[1])
+
+
+def test_a_piece_joined_with_a_doc_elmo_did_not_see_lends_it_no_rows_even_where_the_characters_line_up():
+    nlp = make_nlp()
+    first = nlp("Cats purr . Dogs bark .")
+    joined = Doc.from_docs([first[0:3].as_doc(copy_user_data=True), nlp.make_doc("Fish swim .")])
+    assert len(joined.text) == len(first.text)  # the piece's record, copied whole, spans the joined Doc exactly
+    # ("." at the end has the recorded "."'s text at its place: the limit docs/usage.md states)
+    assert [t._.elmo is None for t in joined[:5]] == [False, False, False, True, True]
+    np.testing.assert_array_equal(joined[1]._.elmo, first._.elmo[1])
+    assert not joined._.elmo[3:5].any()
+
+
+def test_a_token_reads_the_row_the_doc_gives_it(nlp):
+    first, second = nlp("Cats purr . Dogs bark ."), nlp("Birds sing . Fish swim .")
+    joined = Doc.from_docs([first[0:3].as_doc(copy_user_data=True), second[3:6].as_doc(copy_user_data=True)])
+    for token, row in zip(joined, joined._.elmo):
+        np.testing.assert_array_equal(token._.elmo, row)
+    np.testing.assert_array_equal(joined[3]._.elmo, second._.elmo[3])  # "Fish", not "Dogs" at the same characters
