@@ -87,7 +87,7 @@ def test_a_listener_running_a_stateful_biLM_again_leaves_its_carried_state_as_it
         retokenizer.merge(first[0:2])
     nlp.get_pipe("tagger")(first)  # its tokens changed: the tagger's layers come from the biLM again
     for text, want in zip(sentences[1:], expected[1:]):
-        np.testing.assert_array_equal(nlp(text)._.elmo, want)
+        np.testing.assert_allclose(nlp(text)._.elmo, want, **ROUNDING)  # two pipelines: their token caches differ
 
 
 def fine_tuned_tagger_pipeline() -> Language:
