@@ -13,6 +13,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model, Optimizer
 from thinc.types import Floats2d, Floats3d
 
+from ..errors import ElmoSettingsError
 from ..model.fixed_mix import DEFAULT_MIX, MixSpec, check_mix_fits, check_mix_spec, fixed_mix_weights, mix_layers
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
 from .architectures import (
@@ -32,8 +33,8 @@ from .architectures import (
     set_layer_cache,
 )
 from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
-from .extensions import in_spacy_worker, install_extensions, refuse_tensor_clash, set_vector_hooks
-from .doc_rows import LAYERS, VECTORS, put_rows
+from .extensions import in_spacy_worker, install_extensions, set_vector_hooks, tensor_use
+from .doc_rows import put_rows
 from .handoff import LayerHandoff
 from .listener import link, listener_nodes, send_training_batch, set_listener_dims, unlink
 
@@ -54,7 +55,7 @@ class ElmoOutput(NamedTuple):
         "mix": DEFAULT_MIX,
         "store_vectors": True,
         "store_layers": False,
-        "set_tensor": False,
+        "set_tensor": True,
         "vector_hooks": True,
         "train_cache_mb": 1024,
         "listener_cache_mb": 1024,
@@ -99,7 +100,8 @@ class Elmo(TrainablePipe):
     the component's own biLM settings (``**bilm``: :data:`~spacy_elmo.pipeline.architectures.OWNER_SETTINGS`,
     ``frozen`` and how calls are served) complete them, with :class:`~spacy_elmo.runtime.BiLmSettings`' defaults.
     The rest concerns Docs: ``mix`` gives ``Doc._.elmo`` when ``store_vectors``; ``store_layers`` keeps
-    ``Doc._.elmo_layers``; ``set_tensor`` copies the vectors to ``doc.tensor``; ``vector_hooks`` makes ``.vector`` /
+    ``Doc._.elmo_layers``; ``set_tensor`` keeps what is stored in ``doc.tensor``, where spaCy carries it with the
+    tokens (else in ``doc.user_data`` only, for whole Docs: ``doc_rows.py``); ``vector_hooks`` makes ``.vector`` /
     ``.similarity`` read them (not in the workers of ``nlp.pipe(n_process > 1)``, whose Docs spaCy returns without
     hooks); ``train_cache_mb`` bounds the layers kept of training sentences, ``listener_cache_mb`` those on their way
     to the listeners at prediction (:class:`LayerHandoff`). docs/api.md ("The elmo factory") describes each.
@@ -114,7 +116,7 @@ class Elmo(TrainablePipe):
         mix: MixSpec = DEFAULT_MIX,
         store_vectors: bool = True,
         store_layers: bool = False,
-        set_tensor: bool = False,
+        set_tensor: bool = True,
         vector_hooks: bool = True,
         train_cache_mb: float = 1024,
         listener_cache_mb: float = 1024,
@@ -211,12 +213,26 @@ class Elmo(TrainablePipe):
         name = getattr(component, "name", None)
         if name is None:  # a function component: no model, no listeners
             return
+        self._refuse_tensor_use(component, name)
         found = listener_nodes(getattr(component, "model", None), self.name)
         for old in list(self.listener_map.get(name, [])):
             if all(old is not node for node in found):
                 self.remove_listener(old, name)
         for node in found:
             self.add_listener(node, name)
+
+    def _refuse_tensor_use(self, component: Any, name: str) -> None:
+        """spaCy links the components after this one: none may replace ``doc.tensor`` or read it as a ``tok2vec``'s
+        output while this one keeps its rows there."""
+        use = tensor_use(component) if self.set_tensor and (self.store_vectors or self.store_layers) else None
+        if use is None:
+            return
+        order = "" if listener_nodes(component.model, self.name) else f"put {self.name!r} after {name!r}, or "
+        raise ElmoSettingsError(
+            f"{self.name!r} keeps its vectors in doc.tensor (set_tensor = true), but {name!r} after it {use}: "
+            f"{order}set set_tensor = false in [components.{self.name}] (the vectors then stay in doc.user_data, "
+            f"which only whole Docs read)"
+        )
 
     # --- prediction ---
 
@@ -225,7 +241,7 @@ class Elmo(TrainablePipe):
         if nothing is stored or listens."""
         docs = list(docs)
         need_layers = self.handoff.begin_batch() or self.store_layers
-        need_vectors = self.store_vectors or self.set_tensor
+        need_vectors = self.store_vectors
         if not docs or not (need_layers or need_vectors):
             return [ElmoOutput(None, None) for _ in docs]
         if not need_layers:
@@ -243,16 +259,14 @@ class Elmo(TrainablePipe):
         return self._mix_weights
 
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
-        """Record what :meth:`predict` computed on each Doc (``doc_rows.py``; a record with no rows still says that
+        """Leave what :meth:`predict` computed on each Doc (``doc_rows.py``; a record with no rows still says that
         the component ran on it), and hand the layers to the listeners."""
         hooks = self._installs_hooks()
         with_layers = [(doc, output.layers) for doc, output in zip(docs, outputs) if output.layers is not None]
         self.handoff.put([doc for doc, _ in with_layers], [x for _, x in with_layers])
         for doc, (layers, vectors) in zip(docs, outputs):
             stored_layers = self.model.ops.to_numpy(layers) if self.store_layers else None
-            put_rows(doc, {VECTORS: vectors if self.store_vectors else None, LAYERS: stored_layers})
-            if self.set_tensor and vectors is not None:
-                doc.tensor = vectors
+            put_rows(doc, vectors if self.store_vectors else None, stored_layers, in_tensor=self.set_tensor)
             if hooks and vectors is not None:
                 set_vector_hooks(doc, vectors.shape[1])
 
@@ -317,8 +331,6 @@ class Elmo(TrainablePipe):
         replace those of the component's config."""
         if options_file is not None or weight_file is not None:
             configure_bilm_model(self.model, options_file=options_file, weight_file=weight_file)
-        if self.set_tensor and nlp is not None:
-            refuse_tensor_clash(nlp, self.name)
         load_bilm_weights(self.model)
         check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, self.runtime.options.n_output_layers)
         self._after_load()

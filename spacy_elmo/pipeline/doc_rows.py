@@ -1,37 +1,171 @@
-"""Per-token rows that the ``elmo`` component leaves on a Doc, kept so that they follow the Doc wherever spaCy takes it.
+"""Per-token rows that the ``elmo`` component leaves on a Doc, where spaCy itself carries them.
 
-One record per annotation, in ``doc.user_data`` under a key of the form spaCy gives a span's ``._`` value,
-``("._.", "elmo_rows", start_char, end_char)``: the characters of each token as the biLM saw it, its text (as
-spaCy's hash, its ``ORTH``), and its rows (vectors and/or layers). spaCy moves such keys by the right character offset in ``Span.as_doc(copy_user_data=True)``
-and ``Doc.from_docs``, copies them with ``Doc.copy()``, and saves them in ``doc.to_bytes()`` and
-``DocBin(store_user_data=True)``; so the rows go wherever a ``._`` value goes.
+In memory the rows live in ``doc.tensor``: the one per-token store that spaCy keeps with its tokens in every flow
+(``Span.as_doc`` slices it, ``Doc.from_docs`` stacks it, the retokenizer gives a merged token its last row and the
+pieces of a split token zero rows; ``copy``, pickle and ``to_bytes`` keep it). ``elmo`` adds its block of columns
+after those of the components before it, as ``Doc.extend_tensor`` does::
 
-Rows are read through the Doc's current tokens (:func:`aligned_rows`): a token reads the mean of the rows of the
-tokens, as the biLM saw them, that share a character with it. A token the biLM saw reads its own row; a merged token
-(``merge_entities``, ``doc.retokenize()``) the mean of the rows it was made of; each piece of a split token the row of
-the token it came from; a token with no such row has none. The record itself is never changed, so a Doc that is
-retokenized back reads its original rows again.
+    [ earlier columns | vectors (width) | layers (n_layers * width) | mark ]
+
+The mark column holds, in each row ``elmo`` wrote, a code of the block's layout (:class:`Block`); a row without it (a
+piece of a split token) has no row of its own. So every token reads the row spaCy carried to it: nothing is matched.
+
+``DocBin`` drops the tensor, so each annotation also leaves a record in ``doc.user_data`` (views of the same memory
+when the tensor holds the rows, or the only copy with ``set_tensor = false``): under a span-form key of its own
+(``("._.", "elmo_rows/<id>", 0, len(doc.text))``) with the characters and text of the tokens it describes. A record
+is read only where the tensor holds no block, and only where it describes the Doc's tokens exactly: the Doc's only
+record, the whole text, every token's characters and text. A whole Doc read back from ``DocBin`` is such a Doc; a
+piece or a joined Doc never is (spaCy copies a record whole into every piece, and moves it when pieces are joined).
 """
-import threading
-import weakref
+import uuid
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from spacy.attrs import IDX, LENGTH, ORTH
-from spacy.strings import get_string_id
 from spacy.tokens import Doc, Token
+from thinc.api import to_numpy
 
-ROWS_KEY = "elmo_rows"  # the name in the record's user_data key
-VECTORS, LAYERS = "vectors", "layers"  # the kinds of rows a record may hold; layers keep their token axis second
-TOKEN_AXIS = {VECTORS: 0, LAYERS: 1}
+VECTORS, LAYERS = "vectors", "layers"  # the kinds of rows; layers are (n_layers, n_tokens, width)
+RECORD = "elmo_rows"  # the start of a record's name in its user_data key
 SAVED_BY_0_2 = {VECTORS: "elmo", LAYERS: "elmo_layers"}  # the Doc attributes spacy-elmo 0.2 saved the rows as
+MARK_BASE = 2**23  # marks are -(MARK_BASE + code): integers that float32 holds exactly and no biLM output reaches
 
 
-class Aligned(NamedTuple):
-    """Rows of one kind for the Doc's current tokens: ``rows`` (zeros where a token has none) and ``present``."""
+class Block(NamedTuple):
+    """The layout of ``elmo``'s columns at the end of ``doc.tensor``: vectors (if ``vectors``), ``n_layers`` layers,
+    each ``width`` wide, then the mark column."""
+
+    width: int
+    vectors: bool
+    n_layers: int
+
+    @property
+    def columns(self) -> int:
+        return (self.vectors + self.n_layers) * self.width + 1
+
+    @property
+    def mark(self) -> float:
+        return -float(MARK_BASE + (self.width * 32 + self.n_layers) * 2 + self.vectors)
+
+
+class Rows(NamedTuple):
+    """One kind of rows for the Doc's tokens (zeros where a token has none) and which tokens have one."""
 
     rows: np.ndarray
     present: np.ndarray  # bool, one per token
+
+
+def put_rows(doc: Doc, vectors: Optional[np.ndarray], layers: Optional[np.ndarray], in_tensor: bool) -> None:
+    """Leave an annotation's rows on the Doc (None: not kept): in ``doc.tensor`` (``in_tensor``, replacing the block of
+    an earlier annotation, keeping the columns of other components) and in a record in ``doc.user_data`` that
+    replaces earlier ones. A record with no rows still says that ``elmo`` ran on the Doc."""
+    for key in _record_keys(doc):
+        del doc.user_data[key]
+    kept = vectors if vectors is not None else layers
+    if in_tensor and kept is not None:
+        vectors, layers = _into_tensor(doc, Block(kept.shape[-1], vectors is not None, 0 if layers is None else len(layers)), vectors, layers)
+    record: Dict[str, Any] = {}
+    if kept is not None:
+        record.update(spans=token_spans(doc), orths=doc.to_array(ORTH))
+        record.update({kind: rows for kind, rows in ((VECTORS, vectors), (LAYERS, layers)) if rows is not None})
+    doc.user_data[("._.", f"{RECORD}/{uuid.uuid4().hex}", 0, _text_length(doc))] = record
+
+
+def _into_tensor(
+    doc: Doc, block: Block, vectors: Optional[np.ndarray], layers: Optional[np.ndarray]
+) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    """Write the block after the tensor's other columns; the rows as views of the new tensor."""
+    earlier = _earlier_columns(doc)
+    n, start = len(doc), earlier.shape[1]
+    tensor = np.empty((n, start + block.columns), dtype=np.float32)
+    tensor[:, :start] = earlier
+    if vectors is not None:
+        tensor[:, start : start + block.width] = vectors
+        vectors = tensor[:, start : start + block.width]
+        start += block.width
+    if layers is not None:
+        rows = tensor[:, start:-1].reshape(n, block.n_layers, block.width)
+        rows[...] = layers.transpose(1, 0, 2)
+        layers = rows.transpose(1, 0, 2)
+    tensor[:, -1] = block.mark
+    doc.tensor = tensor
+    return vectors, layers
+
+
+def _earlier_columns(doc: Doc) -> np.ndarray:
+    """The tensor's columns that are not an ``elmo`` block, one row per token (none if it has no such rows)."""
+    tensor, n = doc.tensor, len(doc)
+    if getattr(tensor, "ndim", 0) != 2 or tensor.shape[0] < n:
+        return np.zeros((n, 0), dtype=np.float32)
+    tensor = to_numpy(tensor[:n])
+    found = _tensor_block(tensor)
+    return tensor if found is None else tensor[:, : tensor.shape[1] - found[0].columns]
+
+
+def _tensor_block(tensor: Any) -> Optional[Tuple[Block, float]]:
+    """The block of a tensor's rows (of the first row that has a mark) and its mark; None if no row has one."""
+    if not isinstance(tensor, np.ndarray) or tensor.ndim != 2 or not tensor.size:
+        return None
+    marked = np.flatnonzero(tensor[:, -1] <= -MARK_BASE)
+    if not len(marked):
+        return None
+    mark = float(tensor[marked[0], -1])
+    block = _block_of(mark)
+    return None if block is None or block.columns > tensor.shape[1] else (block, mark)
+
+
+def _block_of(mark: float) -> Optional[Block]:
+    code = -mark - MARK_BASE
+    if not (0 <= code < MARK_BASE and code == int(code)):
+        return None
+    code = int(code)
+    return Block(width=code >> 6, vectors=bool(code & 1), n_layers=(code >> 1) & 31)
+
+
+def doc_rows(doc: Doc, kind: str) -> Optional[Rows]:
+    """The rows of ``kind`` of the Doc's tokens: from ``doc.tensor`` where it holds an ``elmo`` block, else from a
+    record that describes the Doc's tokens exactly; None if neither holds rows of that kind."""
+    tensor = doc.tensor[: len(doc)] if getattr(doc.tensor, "ndim", 0) == 2 else None
+    found = _tensor_block(tensor)
+    if found is None:
+        recorded = _recorded(doc, kind)
+        return None if recorded is None else Rows(recorded, np.ones(len(doc), dtype=bool))
+    block, mark = found
+    present = tensor[:, -1] == mark
+    rows = _block_rows(tensor, block, kind)
+    if rows is None:
+        return None
+    if not present.all():  # rows of another block (a Doc joined from two layouts): not of this kind
+        rows = np.array(rows)
+        rows[(slice(None), ~present) if kind == LAYERS else ~present] = 0
+    return Rows(rows, present)
+
+
+def _block_rows(tensor: np.ndarray, block: Block, kind: str) -> Optional[np.ndarray]:
+    start = tensor.shape[1] - block.columns
+    if kind == VECTORS:
+        return tensor[:, start : start + block.width] if block.vectors else None
+    if not block.n_layers:
+        return None
+    start += block.vectors * block.width
+    return tensor[:, start:-1].reshape(len(tensor), block.n_layers, block.width).transpose(1, 0, 2)
+
+
+def token_vector(token: Token) -> Optional[np.ndarray]:
+    """The token's vector, None when it has none: a lookup of its row while it has the mark of the Doc's first row."""
+    tensor, i = token.doc.tensor, token.i
+    if getattr(tensor, "ndim", 0) == 2 and tensor.shape[0] > i and tensor.size and tensor[i, -1] == tensor[0, -1] <= -MARK_BASE:
+        block = _block_of(float(tensor[i, -1]))
+        if block is not None and block.columns <= tensor.shape[1]:
+            start = tensor.shape[1] - block.columns
+            return tensor[i, start : start + block.width] if block.vectors else None
+    found = doc_rows(token.doc, VECTORS)
+    return found.rows[i] if found is not None and found.present[i] else None
+
+
+def annotated(doc: Doc) -> bool:
+    """Whether an ``elmo`` component ran on the Doc, or on the Doc it was copied, cut or joined from."""
+    return bool(_record_keys(doc)) or _tensor_block(doc.tensor) is not None
 
 
 def token_spans(doc: Doc) -> np.ndarray:
@@ -41,121 +175,28 @@ def token_spans(doc: Doc) -> np.ndarray:
     return spans
 
 
-def put_rows(doc: Doc, rows: Dict[str, Optional[np.ndarray]]) -> None:
-    """Record ``rows`` (by kind; None: not kept) for the Doc's current tokens, replacing the records of earlier
-    annotations; a record with no rows still says that the component annotated the Doc."""
-    for key in _record_keys(doc) if doc.user_data else ():
-        del doc.user_data[key]
-    record: Dict[str, Any] = {kind: value for kind, value in rows.items() if value is not None}
-    if record:
-        record.update(spans=token_spans(doc), orths=doc.to_array(ORTH))
-    doc.user_data[_whole_key(doc)] = record
-
-
-def _whole_key(doc: Doc) -> Tuple[str, str, int, int]:
-    """The key of a record of the whole Doc as it is: ``len(doc.text)`` without making the text."""
-    return ("._.", ROWS_KEY, 0, doc[-1].idx + len(doc[-1].text_with_ws) if len(doc) else 0)
-
-
-def annotated(doc: Doc) -> bool:
-    """Whether an ``elmo`` component annotated the Doc (or the Doc it was copied, cut or joined from)."""
-    return bool(_record_keys(doc))
-
-
-def exact_rows(doc: Doc, kind: str) -> Optional[np.ndarray]:
-    """The rows of ``kind`` recorded for exactly the Doc's current tokens (one record, not retokenized), else None."""
-    return _as_recorded(doc, kind, token_spans(doc))
-
-
-def _as_recorded(doc: Doc, kind: str, spans: np.ndarray) -> Optional[np.ndarray]:
+def _recorded(doc: Doc, kind: str) -> Optional[np.ndarray]:
+    """The rows of ``kind`` of the Doc's only record, where it describes the Doc's tokens exactly."""
     keys = _record_keys(doc)
     if not keys:  # a Doc saved by spacy-elmo 0.2 (DocBin, to_bytes): its rows, while they fit its tokens
         saved = doc.user_data.get(("._.", SAVED_BY_0_2[kind], None, None))
-        return saved if isinstance(saved, np.ndarray) and saved.shape[TOKEN_AXIS[kind]] == len(doc) else None
-    if len(keys) != 1:
+        return saved if isinstance(saved, np.ndarray) and saved.shape[kind == LAYERS] == len(doc) else None
+    if len(keys) != 1 or keys[0][2:] != (0, _text_length(doc)):
         return None
     record = doc.user_data[keys[0]]
     rows = record.get(kind)
-    if rows is None or not np.array_equal(record["spans"] + keys[0][2], spans):
-        return None
-    return rows if np.array_equal(record["orths"], doc.to_array(ORTH)) else None
-
-
-def token_vector(token: Token) -> Optional[np.ndarray]:
-    """The token's vector, None when it has none (:func:`aligned_rows`), without aligning the Doc while the token is
-    the one the biLM saw at its place (same characters, same text, the Doc's only record): one token read costs a
-    lookup, not a pass over the Doc."""
-    doc, i = token.doc, token.i
-    keys = _record_keys(doc)
-    record = doc.user_data[keys[0]] if len(keys) == 1 and keys[0][2] == 0 else {}
-    if VECTORS in record and i < len(record["spans"]) and record["orths"][i] == token.orth:
-        start, end = record["spans"][i]
-        if start == token.idx and end == token.idx + len(token):
-            return record[VECTORS][i]
-    found = aligned_rows(doc, VECTORS)
-    return found.rows[i] if found is not None and found.present[i] else None
-
-
-def aligned_rows(doc: Doc, kind: str) -> Optional[Aligned]:
-    """The rows of ``kind`` for the Doc's current tokens (see the module's docstring), None if no record holds any.
-
-    Computed once per tokenization of the Doc and kept while it lasts (a token's ``._.elmo`` costs a comparison of
-    the Doc's token offsets, not an alignment).
-    """
-    spans = token_spans(doc)
-    recorded = _as_recorded(doc, kind, spans)
-    if recorded is not None:
-        return Aligned(recorded, np.ones(len(spans), dtype=bool))
-    records = tuple((key, doc.user_data[key]) for key in _record_keys(doc))
-    signature = tuple((key, id(record)) for key, record in records)
-    with _cache_lock:
-        cached = _cache.get(doc, {}).get(kind)
-    if cached is not None and cached[0] == signature and np.array_equal(cached[1], spans):
-        return cached[2]
-    found = _align(doc.text, spans, [(key[2], record) for key, record in records if kind in record], kind)
-    with _cache_lock:
-        _cache.setdefault(doc, {})[kind] = (signature, spans, found)
-    return found
-
-
-_cache: "weakref.WeakKeyDictionary[Doc, Dict[str, Tuple[Any, np.ndarray, Optional[Aligned]]]]" = weakref.WeakKeyDictionary()
-_cache_lock = threading.Lock()
+    exact = rows is not None and np.array_equal(record["spans"], token_spans(doc))
+    return rows if exact and np.array_equal(record["orths"], doc.to_array(ORTH)) else None
 
 
 def _record_keys(doc: Doc) -> List[Tuple]:
-    """The keys of the Doc's records, by their first character."""
-    keys = [key for key in doc.user_data if isinstance(key, tuple) and len(key) == 4 and key[:2] == ("._.", ROWS_KEY)]
-    return sorted(keys, key=lambda key: key[2])
+    """The user_data keys of the Doc's records."""
+    return [
+        key for key in doc.user_data
+        if isinstance(key, tuple) and len(key) == 4 and key[0] == "._." and str(key[1]).startswith(RECORD)
+    ]
 
 
-def _align(text: str, spans: np.ndarray, records: List[Tuple[int, Dict[str, Any]]], kind: str) -> Optional[Aligned]:
-    """Each current token's mean of the recorded rows that share a character with it (records at their offsets).
-
-    A recorded row counts only where the Doc's text still holds its token's text: ``Span.as_doc(copy_user_data=True)``
-    copies a record whole, so a Doc joined from such pieces by ``Doc.from_docs`` has rows of other pieces' tokens
-    beside its own, at offsets where its text is another's. Rows recorded twice (pieces of one Doc) count once.
-    """
-    kept = [(offset, record, _fitting(text, offset, record)) for offset, record in records]
-    if not any(fits.any() for _, _, fits in kept):
-        return None
-    axis = TOKEN_AXIS[kind]
-    seen = np.concatenate([record["spans"][fits] + offset for offset, record, fits in kept])
-    rows = np.concatenate([np.moveaxis(record[kind], axis, 0)[fits] for _, record, fits in kept])  # token axis first
-    seen, unique = np.unique(seen, axis=0, return_index=True)  # by first character
-    rows = rows[unique]
-    first = np.searchsorted(seen[:, 1], spans[:, 0], side="right")  # the first seen token ending after its start
-    last = np.searchsorted(seen[:, 0], spans[:, 1], side="left")  # past the last seen token starting before its end
-    out = np.zeros((len(spans), *rows.shape[1:]), dtype=np.float32)
-    for i, (lo, hi) in enumerate(zip(first, last)):
-        if hi > lo:
-            out[i] = rows[lo] if hi - lo == 1 else rows[lo:hi].mean(axis=0)
-    return Aligned(np.ascontiguousarray(np.moveaxis(out, 0, axis)), last > first)
-
-
-def _fitting(text: str, offset: int, record: Dict[str, Any]) -> np.ndarray:
-    """Which of the record's tokens, at ``offset``, have their text at their place in ``text``."""
-    places = (record["spans"] + offset).tolist()
-    return np.array(
-        [0 <= a and get_string_id(text[a:b]) == orth for (a, b), orth in zip(places, record["orths"].tolist())],
-        dtype=bool,
-    )
+def _text_length(doc: Doc) -> int:
+    """``len(doc.text)`` without making the text."""
+    return doc[-1].idx + len(doc[-1].text_with_ws) if len(doc) else 0

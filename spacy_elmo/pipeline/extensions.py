@@ -4,33 +4,32 @@
 - ``Doc._.elmo_layers``: float32 numpy ``(n_layers + 1, len(doc), dim)`` (``store_layers``).
 - ``Token._.elmo`` (its row) and ``Span._.elmo`` (the mean of its rows).
 
-All are read on access from the rows the component recorded in ``doc.user_data`` (``doc_rows.py``), through the
-Doc's current tokens: they follow the Doc through retokenizing, ``Doc.copy()``, ``Span.as_doc(copy_user_data=True)``,
-``Doc.from_docs``, ``doc.to_bytes()`` and ``DocBin(store_user_data=True)``, as any ``._`` value does.
+All are read on access from the rows the component left in ``doc.tensor`` (``doc_rows.py``), which spaCy keeps with
+the tokens through retokenizing, ``Doc.copy()``, ``Span.as_doc()``, ``Doc.from_docs``, pickle and
+``doc.to_bytes()``; a whole Doc also keeps them through ``DocBin(store_user_data=True)``. ``set_tensor = false``
+keeps them in ``doc.user_data`` only, for whole Docs.
 
 The similarity hooks (``vector_hooks``, on by default) make spaCy's ``.vector`` and ``.similarity`` read
-``Doc._.elmo``. Hooks are functions, which spaCy drops whenever it rebuilds a Doc from bytes
-(``nlp.pipe(n_process > 1)``, ``DocBin.get_docs``, ``Doc.from_bytes``); :func:`with_vector_hooks` puts them
-back from the ``Doc._.elmo`` those keep. ``doc.tensor`` is no substitute: spaCy's own ``Token.similarity`` is
-1.0 for two uses of the same word whatever their vectors, and ``DocBin`` does not keep the tensor.
+``Doc._.elmo`` (spaCy's own ``Token.similarity`` is 1.0 for two uses of the same word whatever their vectors). Hooks
+are functions, which spaCy drops whenever it rebuilds a Doc from bytes (``nlp.pipe(n_process > 1)``,
+``DocBin.get_docs``, ``Doc.from_bytes``) or joins Docs; :func:`with_vector_hooks` puts them back.
 
-The layers listening components read are not kept on the Doc (see ``handoff.py``). ``set_tensor`` copies the vectors
-to ``doc.tensor`` (which spaCy keeps aligned by its own rule), and :func:`refuse_tensor_clash` keeps it from a
-pipeline whose ``tok2vec`` passes its vectors there.
+:func:`tensor_use` tells the components that would undo the rows in ``doc.tensor`` (spaCy's ``tok2vec``, which
+replaces it, and its listeners, which read it whole); the component refuses to come before them.
 """
 import multiprocessing
-from typing import Iterable, Iterator, Optional, Sequence, TypeVar, Union, overload
+from typing import Any, Iterable, Iterator, Optional, Sequence, TypeVar, Union, overload
 
 import numpy as np
-from spacy.language import Language, _apply_pipes
+from spacy.language import _apply_pipes
 from spacy.pipeline import Tok2Vec
 from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.tokens import Doc, Span, Token
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
-from ..errors import ElmoPipelineError, ElmoSettingsError
-from .doc_rows import LAYERS, VECTORS, Aligned, aligned_rows, token_vector
+from ..errors import ElmoPipelineError
+from .doc_rows import LAYERS, VECTORS, Rows, doc_rows, token_vector
 
 
 def install_extensions() -> None:
@@ -47,20 +46,20 @@ def install_extensions() -> None:
 
 def doc_elmo(doc: Doc) -> Optional[Floats2d]:
     """``(len(doc), dim)``: each token's vector (zeros for a token with none), None when no token has one."""
-    found = aligned_rows(doc, VECTORS)
+    found = doc_rows(doc, VECTORS)
     return None if found is None else found.rows
 
 
 def doc_elmo_layers(doc: Doc) -> Optional[Floats3d]:
     """``(n_layers + 1, len(doc), dim)`` as :func:`doc_elmo`, for the layers ``store_layers`` keeps."""
-    found = aligned_rows(doc, LAYERS)
+    found = doc_rows(doc, LAYERS)
     return None if found is None else found.rows
 
 
 def span_elmo(span: Span) -> Optional[Floats1d]:
     """The mean of the span's token vectors (zeros for an empty span or a token with none), None when the Doc has
     none."""
-    found = aligned_rows(span.doc, VECTORS)
+    found = doc_rows(span.doc, VECTORS)
     return None if found is None else _mean_rows(found.rows, span.start, span.end)
 
 
@@ -70,17 +69,17 @@ def _mean_rows(rows: Floats2d, start: int, end: int) -> Floats1d:
 
 class VectorHooks:
     """spaCy's ``.vector``, ``.has_vector``, ``.vector_norm`` and ``.similarity`` of a Doc, its Spans and Tokens, read
-    from their ELMo vectors: zeros (and ``has_vector`` False) where a token has none, as spaCy does, so that a Doc
-    that lost its vectors (``span.as_doc()`` without ``copy_user_data``, which keeps the hooks) reads zeros of the
-    right width. Cosine similarity (0.0 when either vector is all zeros)."""
+    from their ELMo vectors: zeros (and ``has_vector`` False) where a token has none (a piece of a split token, a
+    Doc without rows that kept the hooks), as spaCy does, of the right width. Cosine similarity (0.0 when either
+    vector is all zeros)."""
 
     def __init__(self, width: int):
         self.width = width
 
-    def _rows(self, doc: Doc) -> Aligned:
-        found = aligned_rows(doc, VECTORS)
+    def _rows(self, doc: Doc) -> Rows:
+        found = doc_rows(doc, VECTORS)
         if found is None:
-            return Aligned(np.zeros((len(doc), self.width), dtype=np.float32), np.zeros(len(doc), dtype=bool))
+            return Rows(np.zeros((len(doc), self.width), dtype=np.float32), np.zeros(len(doc), dtype=bool))
         return found
 
     def token_vector(self, token: Token) -> Floats1d:
@@ -183,18 +182,12 @@ def in_spacy_worker() -> bool:
     return getattr(multiprocessing.current_process(), "_target", None) is _apply_pipes
 
 
-def refuse_tensor_clash(nlp: Language, name: str) -> None:
-    """``set_tensor`` overwrites ``doc.tensor``, which the listeners of a ``tok2vec`` component read at prediction."""
-    tok2vecs = [other for other, pipe in nlp.pipeline if isinstance(pipe, Tok2Vec)]
-    for other, pipe in nlp.pipeline:
-        model = getattr(pipe, "model", None)
-        listens = isinstance(model, Model) and any(
-            isinstance(node, Tok2VecListener) and (node.upstream_name in tok2vecs or (node.upstream_name == "*" and tok2vecs))
-            for node in model.walk()
-        )
-        if listens:
-            raise ElmoSettingsError(
-                f"The {name!r} component has set_tensor = true, but {other!r} listens to a tok2vec component, which "
-                f"passes it its vectors through doc.tensor: {name!r} would overwrite them. Set set_tensor = false "
-                f"(Doc._.elmo holds the vectors), or give {other!r} its own tok2vec."
-            )
+def tensor_use(component: Any) -> Optional[str]:
+    """How ``component`` uses ``doc.tensor`` as another component's output: spaCy's ``tok2vec`` replaces it, and a
+    component that listens to one reads it whole at prediction. None if it does neither."""
+    if isinstance(component, Tok2Vec):
+        return "replaces doc.tensor"
+    model = getattr(component, "model", None)
+    if isinstance(model, Model) and any(isinstance(node, Tok2VecListener) for node in model.walk()):
+        return "reads doc.tensor (it listens to a tok2vec component)"
+    return None

@@ -11,9 +11,10 @@ During training the ``elmo`` component's ``update`` hands every listener the bat
 with a backprop callback (:func:`send_training_batch`: :func:`frozen_backprop` when the biLM is frozen, else one
 that sums the listeners' gradients for the biLM's backward pass). At prediction,
 and when the ``elmo`` component is frozen but annotating, each Doc's layers come from the
-component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`; a Doc the component annotated whose layers are not
-there (let go, or its tokens changed since) goes through the biLM again, from the biLM's initial state; a Doc no
-``elmo`` component annotated reads zeros, with one warning.
+component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, else from ``Doc._.elmo_layers``
+(``store_layers``); a Doc the component annotated whose layers are in neither (let go, or its tokens changed since)
+goes through the biLM again, from the biLM's initial state, with one warning; a Doc no ``elmo`` component annotated
+reads zeros, with one warning.
 
 A copy of a listening model (``model.copy()``, ``copy.deepcopy``, pickle) is a listener of the same
 upstream with nothing in flight and no links: the ``elmo`` component links it, as any listener, when
@@ -25,7 +26,7 @@ config becomes ``spacy_elmo.ElmoEmbedding.v2`` with the same mix settings and th
 """
 import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from spacy.errors import Errors
 from spacy.tokens import Doc
@@ -37,7 +38,7 @@ from thinc.types import Floats2d, Floats3d
 from ..errors import ElmoListenerWarning, ElmoPipelineError
 from .architectures import DEFAULTS, configure_bilm_model, doc_layers, frozen_backprop, runtime_of
 from .config_types import DropoutRate, Penalty, Threads, TokenCount, WaitMilliseconds, config_error
-from .doc_rows import LAYERS, annotated, exact_rows
+from .doc_rows import LAYERS, annotated, doc_rows
 from .handoff import LayerHandoff
 from .listener_mix import build_listener_mix
 
@@ -53,8 +54,13 @@ NOT_LINKED = (
 )
 NOT_RUN = (
     "An ELMo listener (upstream {upstream!r}) got Docs that no 'elmo' component ran on, and reads zeros for them: "
-    "enable the 'elmo' component, or run the Docs through it first (a Doc made by span.as_doc() keeps what 'elmo' "
-    "found with copy_user_data=True) (said once per listener)"
+    "enable the 'elmo' component, or run the Docs through it first (said once per listener)"
+)
+RUN_AGAIN = (
+    "An ELMo listener (upstream {upstream!r}) ran the biLM again for Docs its 'elmo' component had already run on, "
+    "which held no layers for it: its component was disabled, or not linked, when 'elmo' ran (from the next batch on "
+    "'elmo' keeps layers for it), it reads in larger batches than 'elmo' (give both the same batch_size), or the "
+    "Docs' tokens changed since (said once per listener)"
 )
 
 
@@ -70,7 +76,7 @@ class ListenerState:
         self.outputs: Optional[List[Floats3d]] = None
         self.backprop: Optional[Callable] = None
         self.handoffs: List[LayerHandoff] = []
-        self.warned = False  # about Docs that no elmo component ran on
+        self.warned: Set[str] = set()  # the warnings given (NOT_RUN, RUN_AGAIN): each once
         self.samples: "weakref.WeakSet[Doc]" = weakref.WeakSet()  # Docs of thinc's shape inference: no warning
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "ListenerState":
@@ -169,21 +175,34 @@ def release_layers(node: Model, doc: Doc) -> None:
 def read_layers(node: Model, docs: List[Doc]) -> List[Optional[Floats3d]]:
     """This listener's layers of each Doc (None where no ``elmo`` component annotated the Doc).
 
-    From the handoffs, else from ``Doc._.elmo_layers`` (``store_layers``) while the Doc's tokens are those the biLM
-    saw; else a Doc an ``elmo`` component annotated (or a copy of one) goes through the biLM again, from its initial
-    state (a stateful biLM's carried state is left as it is).
+    From the handoffs, else from ``Doc._.elmo_layers`` (``store_layers``) where every token has its row; else a Doc an
+    ``elmo`` component annotated (or a piece or copy of one) goes through the biLM again, from its initial state (a
+    stateful biLM's carried state is left as it is), with one warning.
     """
     handoffs = listener_state(node).handoffs
     by_doc: Dict[int, Optional[Floats3d]] = {}
     for doc in docs:
         if id(doc) not in by_doc:
             layers = next((x for x in (h.take(doc, node.id) for h in handoffs) if x is not None), None)
-            by_doc[id(doc)] = layers if layers is not None else exact_rows(doc, LAYERS)
+            by_doc[id(doc)] = layers if layers is not None else _stored_layers(doc)
     again = list({id(doc): doc for doc in docs if by_doc[id(doc)] is None and annotated(doc)}.values())
     if again and handoffs:
+        _warn_once(node, RUN_AGAIN)
         for doc, layers in zip(again, doc_layers(handoffs[0].source, again, fresh=True)):
             by_doc[id(doc)] = layers
     return [by_doc[id(doc)] for doc in docs]
+
+
+def _stored_layers(doc: Doc) -> Optional[Floats3d]:
+    found = doc_rows(doc, LAYERS)
+    return found.rows if found is not None and found.present.all() else None
+
+
+def _warn_once(node: Model, message: str) -> None:
+    state = listener_state(node)
+    if message not in state.warned:
+        state.warned.add(message)
+        warnings.warn(message.format(upstream=upstream_name(node)), ElmoListenerWarning, stacklevel=3)
 
 
 def set_listener_dims(listener: Model, bilm: Model) -> None:
@@ -286,9 +305,8 @@ def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Li
         if layers is None:
             if is_train:  # the upstream component is frozen and not annotating, so nothing reached us
                 raise ElmoPipelineError(Errors.E203.format(name="elmo"))
-            if not state.warned and doc not in state.samples:  # not thinc's shape inference
-                warnings.warn(NOT_RUN.format(upstream=upstream_name(model)), ElmoListenerWarning, stacklevel=2)
-                state.warned = True
+            if doc not in state.samples:  # not thinc's shape inference
+                _warn_once(model, NOT_RUN)
             layers = model.ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO"))
         outputs.append(model.ops.asarray(layers))
     return outputs, frozen_backprop

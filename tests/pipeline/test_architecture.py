@@ -103,13 +103,3 @@ def test_replace_listeners_writes_the_settings_as_they_stand_and_the_config_rebu
     (bilm,) = [node for node in rebuilt.get_pipe("tagger").model.walk() if node.name == "elmo_bilm"]
     settings = bilm_settings(bilm)
     assert {key: getattr(settings, key) for key in SETTINGS} == SETTINGS and settings.max_batch_tokens == 512
-
-
-def test_set_tensor_is_refused_where_a_tok2vec_feeds_listeners_through_doc_tensor():
-    nlp = spacy.blank("en")
-    nlp.add_pipe("tok2vec")
-    listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 96, "upstream": "*"}
-    nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": listener}})
-    nlp.add_pipe("elmo", config={"model": v2_block(**SETTINGS), "set_tensor": True})
-    with pytest.raises(ValueError, match="set_tensor = false"):
-        nlp.initialize(lambda: examples(nlp))

@@ -110,7 +110,9 @@ def test_only_the_mark_of_the_run_is_stored_when_everything_is_off():
 def test_tensor_and_similarity_hooks_use_elmo():
     nlp = make_nlp(set_tensor=True, vector_hooks=True)
     doc, other = nlp("The cat sat on the mat"), nlp("A dog lay on a rug")
-    np.testing.assert_array_equal(doc.tensor, doc._.elmo)
+    width = doc._.elmo.shape[1]
+    np.testing.assert_array_equal(doc.tensor[:, :width], doc._.elmo)  # then elmo's mark column
+    assert doc.tensor.shape == (len(doc), width + 1)
     np.testing.assert_allclose(doc.vector, doc._.elmo.mean(axis=0), rtol=1e-6)
     assert doc[1].has_vector and doc.has_vector
 

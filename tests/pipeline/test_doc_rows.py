@@ -1,163 +1,177 @@
-"""``Doc._.elmo``, ``Token._.elmo``, ``Span._.elmo``, ``Doc._.elmo_layers`` and the vector hooks follow the Doc through
-retokenizing, ``Span.as_doc``, ``Doc.from_docs``, ``Doc.copy`` and DocBin: each token reads the rows of the tokens it
-came from (a merged token their mean, each piece of a split token its token's row), never another token's.
+"""``Doc._.elmo``, ``Token._.elmo``, ``Span._.elmo``, ``Doc._.elmo_layers``, ``.vector`` and ``.similarity`` after
+every flow spaCy takes a Doc through: each token reads its own row, the row of a token it was made of, or none; never
+another token's.
 
-The expected rows are those of the Doc as the biLM saw it, taken before the Doc was changed."""
+The expected rows are the parent's, taken before the flow: ``EXPECTED[i]`` is the row of token ``i`` of the Doc the
+biLM saw. Each flow's expectation is the list of the parent tokens whose rows the new Doc's tokens should read (None:
+no row), worked out from what the flow does to the tokens."""
+import copy
+import pickle
+from itertools import permutations
+from pathlib import Path
+from typing import List, Optional
+
 import numpy as np
 import pytest
-from spacy.pipeline import merge_entities, merge_noun_chunks
-from spacy.tokens import Doc, DocBin, Span
+import spacy
+from spacy.tokens import Doc, DocBin
 
-from spacy_elmo import install_vector_hooks
+import spacy_elmo
 
-from tests.pipeline.conftest import make_nlp
-from tests.conftest import ROUNDING
+TEXT = "I saw it . The cat sat . They left . The dog barked twice . Then it slept ."
+ZH_MODEL = Path(spacy_elmo.__file__).parent / "data" / "zh_classics_tiny"
 
-TEXT = "I like green eggs and ham in New York ."
+
+def pipeline(vocab=True, **config) -> spacy.language.Language:
+    nlp = spacy.blank("en", vocab=vocab)
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config=config)
+    return nlp
 
 
 @pytest.fixture(scope="module")
 def nlp():
-    return make_nlp(store_layers=True, set_tensor=True)
+    return pipeline(store_layers=True)
 
 
-@pytest.fixture
-def doc(nlp):
-    return nlp(TEXT)
-
-
-def cosine(a, b):
-    return float(a.dot(b) / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def test_a_merged_token_reads_the_mean_of_its_rows_and_the_others_their_own(doc):
-    vectors, layers = doc._.elmo.copy(), doc._.elmo_layers.copy()
-    with doc.retokenize() as retokenizer:
-        retokenizer.merge(doc[2:4])  # "green eggs"
-    assert doc._.elmo.shape == (9, vectors.shape[1])
-    np.testing.assert_array_equal(doc[2]._.elmo, vectors[2:4].mean(axis=0))
-    np.testing.assert_array_equal(doc[3]._.elmo, vectors[4])  # "and": its own row, not "eggs"'
-    np.testing.assert_array_equal(doc._.elmo[4:], vectors[5:])
-    np.testing.assert_allclose(doc._.elmo_layers[:, 2], layers[:, 2:4].mean(axis=1), **ROUNDING)  # another axis order
-    assert doc[3].similarity(doc[4]) == pytest.approx(cosine(vectors[4], vectors[5]))
-    np.testing.assert_array_equal(doc.tensor[2], vectors[3])  # doc.tensor: spaCy's rule, the last row
-
-
-def test_each_piece_of_a_split_token_reads_the_row_of_the_token_it_came_from(nlp):
-    doc = nlp("I visited NewYork yesterday .")
-    vectors = doc._.elmo.copy()
-    with doc.retokenize() as retokenizer:
-        retokenizer.split(doc[2], ["New", "York"], heads=[(doc[2], 1), doc[1]])
-    assert doc._.elmo.shape[0] == len(doc) == 6
-    for i, row in enumerate([0, 1, 2, 2, 3, 4]):
-        np.testing.assert_array_equal(doc[i]._.elmo, vectors[row])
-        np.testing.assert_array_equal(doc[i].vector, vectors[row])
-    assert all(token.has_vector for token in doc)
-
-
-def test_merging_back_a_split_token_reads_its_first_rows_again(nlp):
-    doc = nlp("I visited NewYork yesterday .")
-    vectors = doc._.elmo.copy()
-    with doc.retokenize() as retokenizer:
-        retokenizer.split(doc[2], ["New", "York"], heads=[(doc[2], 1), doc[1]])
-    with doc.retokenize() as retokenizer:
-        retokenizer.merge(doc[2:4])
-    np.testing.assert_array_equal(doc._.elmo, vectors)
-
-
-def test_merge_entities_and_noun_chunks_keep_rows_with_their_tokens(nlp):
+@pytest.fixture(scope="module")
+def parent(nlp):
     doc = nlp(TEXT)
-    vectors = doc._.elmo.copy()
-    doc.ents = [Span(doc, 7, 9, label="GPE")]
-    merged = merge_entities(doc)
-    np.testing.assert_array_equal(merged[7]._.elmo, vectors[7:9].mean(axis=0))
-    np.testing.assert_array_equal(merged[8]._.elmo, vectors[9])
-    doc = nlp("The big dog barked .")
-    vectors = doc._.elmo.copy()
-    for token, head, dep in zip(doc, [2, 2, 3, 3, 3], ["det", "amod", "nsubj", "ROOT", "punct"]):
-        token.head, token.dep_, token.pos_ = doc[head], dep, "NOUN" if dep == "nsubj" else "DET"
-    merged = merge_noun_chunks(doc)
-    assert len(merged) == 3
-    np.testing.assert_array_equal(merged[0]._.elmo, vectors[0:3].mean(axis=0))
-    np.testing.assert_array_equal(merged[1]._.elmo, vectors[3])
+    return doc, doc._.elmo.copy(), doc._.elmo_layers.copy()
 
 
-def test_a_span_as_a_doc_keeps_its_rows_with_copy_user_data(doc):
-    vectors = doc._.elmo
-    new = doc[7:10].as_doc(copy_user_data=True)
-    np.testing.assert_array_equal(new._.elmo, vectors[7:10])
-    np.testing.assert_array_equal(new[0].vector, vectors[7])
-    np.testing.assert_array_equal(new._.elmo_layers, doc._.elmo_layers[:, 7:10])
+def sentences(doc: Doc) -> List[range]:
+    return [range(sent.start, sent.end) for sent in doc.sents]
 
 
-def test_a_span_as_a_doc_without_user_data_has_zero_vectors_never_none(doc):
-    new = doc[7:10].as_doc()
-    assert new._.elmo is None and new[0]._.elmo is None
-    for obj in (new, new[0:2], new[0]):
-        assert obj.vector.shape == (doc._.elmo.shape[1],) and not obj.vector.any() and not obj.has_vector
+def assert_reads(doc: Doc, rows: np.ndarray, origin: List[Optional[int]], layers: Optional[np.ndarray] = None):
+    """Every way of reading ``doc``'s vectors gives token ``j`` the row ``rows[origin[j]]``, or none. The similarity
+    hooks are put back where spaCy dropped them (``Doc.from_docs``, ``DocBin``), as the docs say to."""
+    assert len(doc) == len(origin)
+    if "vector" not in doc.user_token_hooks:
+        spacy_elmo.with_vector_hooks([doc])
+    want = np.stack([rows[i] if i is not None else np.zeros(rows.shape[1], np.float32) for i in origin])
+    np.testing.assert_array_equal(doc._.elmo, want)
+    for token, i in zip(doc, origin):
+        if i is None:
+            assert token._.elmo is None and not token.has_vector
+        else:
+            np.testing.assert_array_equal(token._.elmo, rows[i])
+            assert token.has_vector
+        np.testing.assert_array_equal(token.vector, want[token.i])
+    np.testing.assert_allclose(doc[1:4]._.elmo, want[1:4].mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(doc.vector, want.mean(axis=0), rtol=1e-6)
+    a, b = want[0].astype(np.float64), want[-1].astype(np.float64)
+    if np.linalg.norm(a) and np.linalg.norm(b):
+        assert doc[0].similarity(doc[-1]) == pytest.approx(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+    if layers is not None:
+        want_layers = np.stack([layers[:, i] if i is not None else np.zeros_like(layers[:, 0]) for i in origin], 1)
+        np.testing.assert_array_equal(doc._.elmo_layers, want_layers)
 
 
-def test_docs_joined_keep_each_doc_s_rows(nlp):
-    first, second = nlp("New York is big ."), nlp("So is Paris .")
-    joined = Doc.from_docs([first, second])
-    np.testing.assert_array_equal(joined._.elmo, np.concatenate([first._.elmo, second._.elmo]))
-    sentences = nlp("One sentence . And another one .")
-    cut = [Span(sentences, 0, 3).as_doc(copy_user_data=True), Span(sentences, 3, 7).as_doc(copy_user_data=True)]
-    np.testing.assert_array_equal(Doc.from_docs(cut)._.elmo, sentences._.elmo)
+@pytest.mark.parametrize("copy_user_data", [False, True])
+def test_each_sentence_as_a_doc_reads_its_own_rows(parent, copy_user_data):
+    doc, rows, layers = parent
+    for sent, span in zip(sentences(doc), doc.sents):
+        assert_reads(span.as_doc(copy_user_data=copy_user_data), rows, list(sent), layers)
 
 
-def test_a_doc_joined_with_one_elmo_did_not_see_has_rows_only_for_its_own_tokens():
-    nlp = make_nlp()  # no doc.tensor: spaCy's from_docs cannot join a Doc with a tensor and one without
-    annotated, plain = nlp("New York ."), nlp.make_doc("Paris")
-    joined = Doc.from_docs([annotated, plain])
-    np.testing.assert_array_equal(joined._.elmo[:3], annotated._.elmo)
-    assert joined[3]._.elmo is None and not joined._.elmo[3].any()
-    install_vector_hooks(joined)  # spaCy's from_docs copies no hooks
-    assert joined[0].has_vector and not joined[3].has_vector and not joined[3].vector.any()
+@pytest.mark.parametrize("copy_user_data", [False, True])
+def test_every_ordered_pair_and_a_triple_of_sentence_pieces_joined(parent, copy_user_data):
+    doc, rows, layers = parent
+    spans, sents = list(doc.sents), sentences(doc)
+    pieces = [span.as_doc(copy_user_data=copy_user_data) for span in spans]
+    for order in [*permutations(range(5), 2), (4, 0, 2)]:
+        joined = Doc.from_docs([pieces[k] for k in order])
+        assert_reads(joined, rows, [i for k in order for i in sents[k]], layers)
 
 
-def test_copies_and_docbin_keep_the_rows_and_their_alignment(nlp, doc):
-    vectors = doc._.elmo.copy()
+def test_pieces_of_two_docs_and_of_two_bilms_joined(nlp, parent):
+    doc, rows, _ = parent
+    other_nlp = pipeline(nlp.vocab, store_layers=True, model={"options_file": str(ZH_MODEL / "options.json"), "weight_file": str(ZH_MODEL / "weights.hdf5")})
+    for second in (nlp, other_nlp):
+        other = second(TEXT)  # the same text: only the rows can tell the pieces apart
+        other_rows = other._.elmo.copy()
+        assert not np.array_equal(other_rows, rows) or second is nlp
+        both = np.concatenate([rows, other_rows])
+        for cu in (False, True):
+            joined = Doc.from_docs([other[4:8].as_doc(copy_user_data=cu), doc[0:4].as_doc(copy_user_data=cu)])
+            assert_reads(joined, both, [len(doc) + i for i in range(4, 8)] + [0, 1, 2, 3])
+
+
+def test_copies_pickles_and_bytes_keep_every_row(parent, nlp):
+    doc, rows, layers = parent
+    for same in (doc.copy(), copy.deepcopy(doc), pickle.loads(pickle.dumps(doc)), Doc(nlp.vocab).from_bytes(doc.to_bytes())):
+        assert_reads(same, rows, list(range(len(doc))), layers)
+
+
+def test_a_merge_reads_the_last_row_and_a_split_none(nlp):
+    doc = nlp(TEXT)
+    rows, layers = doc._.elmo.copy(), doc._.elmo_layers.copy()
     with doc.retokenize() as retokenizer:
-        retokenizer.merge(doc[7:9])
-    copy = doc.copy()
-    restored = next(DocBin(docs=[doc], store_user_data=True).get_docs(nlp.vocab))
-    for other in (copy, restored):
-        np.testing.assert_array_equal(other[7]._.elmo, vectors[7:9].mean(axis=0))
-        np.testing.assert_array_equal(other._.elmo, doc._.elmo)
+        retokenizer.merge(doc[4:6])  # "The cat": spaCy keeps the last token's row
+    merged = [0, 1, 2, 3, 5, *range(6, 20)]
+    assert_reads(doc, rows, merged, layers)
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[5], ["s", "at"], heads=[(doc[5], 1), doc[4]])  # "sat": new pieces, no rows
+    assert_reads(doc, rows, [*merged[:5], None, None, *merged[6:]], layers)
+    assert_reads(nlp.get_pipe("elmo")(doc), doc._.elmo, list(range(len(doc))))  # fresh rows of its own tokens
 
 
-def test_pieces_of_different_docs_joined_read_their_own_rows_where_the_texts_differ(nlp):
-    first, second = nlp("Cats purr loudly . Dogs bark at cars"), nlp("Birds sing . Fish swim in lakes")
-    pieces = [first[0:4].as_doc(copy_user_data=True), second[3:7].as_doc(copy_user_data=True)]  # each copies it all
-    joined = Doc.from_docs(pieces)  # first's rows of "Dogs bark at cars" fall on "Fish swim in lakes"
-    assert joined.text.strip() == "Cats purr loudly . Fish swim in lakes"
-    np.testing.assert_array_equal(joined._.elmo, np.concatenate([first._.elmo[0:4], second._.elmo[3:7]]))
+def test_a_docbin_keeps_a_whole_doc_and_gives_pieces_and_joined_docs_their_own_rows_or_none(nlp, parent):
+    doc, rows, layers = parent
+    spans = list(doc.sents)
+    joined_in_order = Doc.from_docs([span.as_doc(copy_user_data=True) for span in spans])
+    docs = [
+        doc,
+        spans[1].as_doc(copy_user_data=True),
+        spans[1].as_doc(),
+        Doc.from_docs([spans[2].as_doc(copy_user_data=True), spans[0].as_doc(copy_user_data=True)]),
+        joined_in_order,
+    ]
+    saved = DocBin(store_user_data=True, docs=docs).to_bytes()
+    whole, piece, bare_piece, joined, rejoined = DocBin().from_bytes(saved).get_docs(nlp.vocab)
+    assert_reads(whole, rows, list(range(len(doc))), layers)
+    for part in (piece, bare_piece, joined):
+        assert part._.elmo is None and part._.elmo_layers is None
+        assert all(token._.elmo is None for token in part)
+    assert rejoined.text == doc.text  # the pieces of one Doc, in order: the Doc's very tokens
+    assert_reads(rejoined, rows, list(range(len(doc))), layers)
 
 
-def test_a_doc_saved_by_version_0_2_reads_its_saved_rows(nlp):
-    doc = nlp.make_doc("New York .")
-    rows = np.arange(3 * 4, dtype=np.float32).reshape(3, 4)
-    doc.user_data[("._.", "elmo", None, None)] = rows  # how 0.2 kept Doc._.elmo, saved by DocBin(store_user_data=True)
-    restored = next(DocBin(docs=[doc], store_user_data=True).get_docs(nlp.vocab))
-    np.testing.assert_array_equal(restored._.elmo, rows)
-    np.testing.assert_array_equal(restored[1]._.elmo, rows[1])
+def test_a_whole_doc_of_two_annotations_read_back_has_no_rows(nlp):
+    one, two = nlp("The cat sat ."), pipeline(nlp.vocab, store_layers=True)("The cat sat .")
+    joined = Doc.from_docs([one[0:2].as_doc(copy_user_data=True), two[2:].as_doc(copy_user_data=True)])
+    (back,) = DocBin(store_user_data=True, docs=[joined]).get_docs(nlp.vocab)
+    assert back.text == one.text and back._.elmo is None
 
 
-def test_a_piece_joined_with_a_doc_elmo_did_not_see_lends_it_no_rows_even_where_the_characters_line_up():
-    nlp = make_nlp()
-    first = nlp("Cats purr . Dogs bark .")
-    joined = Doc.from_docs([first[0:3].as_doc(copy_user_data=True), nlp.make_doc("Fish swim .")])
-    assert len(joined.text) == len(first.text)  # the piece's record, copied whole, spans the joined Doc exactly
-    # ("." at the end has the recorded "."'s text at its place: the limit docs/usage.md states)
-    assert [t._.elmo is None for t in joined[:5]] == [False, False, False, True, True]
-    np.testing.assert_array_equal(joined[1]._.elmo, first._.elmo[1])
-    assert not joined._.elmo[3:5].any()
+def test_rows_kept_in_user_data_alone_are_read_by_whole_docs_only():
+    nlp = pipeline(set_tensor=False)
+    doc = nlp(TEXT)
+    rows = doc._.elmo.copy()
+    assert doc.tensor.size == 0
+    assert_reads(doc.copy(), rows, list(range(len(doc))))
+    assert_reads(doc[:].as_doc(copy_user_data=True), rows, list(range(len(doc))))
+    for part in (doc[4:8].as_doc(), doc[4:8].as_doc(copy_user_data=True), Doc.from_docs([doc[4:8].as_doc(copy_user_data=True), doc[0:4].as_doc(copy_user_data=True)])):
+        assert part._.elmo is None and all(token._.elmo is None for token in part)
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[4:6])
+    assert doc._.elmo is None
 
 
-def test_a_token_reads_the_row_the_doc_gives_it(nlp):
-    first, second = nlp("Cats purr . Dogs bark ."), nlp("Birds sing . Fish swim .")
-    joined = Doc.from_docs([first[0:3].as_doc(copy_user_data=True), second[3:6].as_doc(copy_user_data=True)])
-    for token, row in zip(joined, joined._.elmo):
-        np.testing.assert_array_equal(token._.elmo, row)
-    np.testing.assert_array_equal(joined[3]._.elmo, second._.elmo[3])  # "Fish", not "Dogs" at the same characters
+def test_the_rows_go_after_the_columns_of_an_earlier_writer_and_replace_an_earlier_block(nlp):
+    doc = nlp.make_doc("The cat sat .")
+    doc.tensor = np.arange(8, dtype=np.float32).reshape(4, 2)
+    nlp.get_pipe("elmo")(doc)
+    np.testing.assert_array_equal(doc.tensor[:, :2], np.arange(8).reshape(4, 2))
+    first = doc._.elmo.copy()
+    nlp.get_pipe("elmo")(doc)  # again: its block is replaced, the earlier columns kept
+    assert doc.tensor.shape == (4, 2 + 256 + 3 * 256 + 1)
+    np.testing.assert_array_equal(doc.tensor[:, :2], np.arange(8).reshape(4, 2))
+    np.testing.assert_allclose(doc._.elmo, first, rtol=1e-5, atol=1e-6)
+
+
+def test_an_empty_doc_reads_an_empty_array(nlp):
+    doc = nlp("")
+    assert doc._.elmo.shape == (0, 256) and doc._.elmo_layers.shape == (3, 0, 256)

@@ -1,12 +1,15 @@
 """Listeners get the biLM layers without anything but a mark left on the Docs (``LayerHandoff``): any number of
 reads, the same Doc twice, copies; bounded, and nothing held for listeners that do not run."""
 import gc
+import threading
 import warnings
 
 import numpy as np
+import pytest
 import spacy
 from spacy.tokens import Doc
 
+from spacy_elmo import ElmoListenerWarning
 from spacy_elmo.pipeline.handoff import LayerHandoff
 
 from tests.pipeline.conftest import PROBES, tagger_pipeline, train_losses
@@ -49,7 +52,8 @@ def test_a_doc_read_again_or_twice_in_a_batch_or_copied_gets_the_layers_it_got_f
     first = tag_scores(nlp, [doc])[0]  # the handoff's layers, let go after this read
     assert len(elmo.handoff) == 0
     other = elmo(nlp.make_doc("She sat ."))
-    again = tag_scores(nlp, [doc, other, doc, doc.copy()])  # doc's layers: from the biLM again
+    with pytest.warns(ElmoListenerWarning, match="ran the biLM again"):
+        again = tag_scores(nlp, [doc, other, doc, doc.copy()])  # doc's layers: from the biLM again, said
     for scores in (again[0], again[2], again[3]):
         np.testing.assert_allclose(scores, first, **ROUNDING)
     np.testing.assert_allclose(again[1], tag_scores(nlp, [elmo(nlp.make_doc("She sat ."))])[0], **ROUNDING)
@@ -77,20 +81,43 @@ def test_a_listener_that_lets_layers_expire_is_not_waited_for_until_it_reads_aga
     assert handoff.begin_batch()
 
 
-def test_a_late_listener_makes_layers_wait_as_long_as_it_was_late():
+def test_layers_wait_for_the_next_batch_of_their_own_thread_only():
     handoff = LayerHandoff()
     handoff.link(7)
     nlp = spacy.blank("en")
-    docs = [nlp("two words") for _ in range(4)]
-    for doc in docs[:2]:
+    docs = [nlp("two words") for _ in range(3)]
+    handoff.begin_batch()
+    handoff.put([docs[0]], [LAYERS])
+
+    def other_thread_batch():
         handoff.begin_batch()
-        handoff.put([doc], [LAYERS])
-    assert handoff.take(docs[0], 7) is None  # expired one batch before it came...
-    assert handoff.take(docs[1], 7) is None  # ...so docs[1]'s batch was not waited for
-    for doc in docs[2:]:
-        handoff.begin_batch()
-        handoff.put([doc], [LAYERS])
-    assert handoff.take(docs[2], 7) is LAYERS and handoff.take(docs[3], 7) is LAYERS  # now it waits two batches
+        handoff.put([docs[1]], [LAYERS])
+
+    thread = threading.Thread(target=other_thread_batch)
+    thread.start()
+    thread.join()
+    assert handoff.take(docs[0], 7) is LAYERS  # another thread's batch let nothing of this thread's go
+    handoff.begin_batch()
+    handoff.put([docs[2]], [LAYERS])
+    assert handoff.take(docs[1], 7) is LAYERS and handoff.take(docs[2], 7) is LAYERS
+    assert len(handoff) == 0
+
+
+def test_layers_go_only_to_their_doc_while_its_tokens_are_those_the_bilm_saw():
+    handoff = LayerHandoff()
+    handoff.link(7)
+    handoff.link(8)
+    nlp = spacy.blank("en")
+    doc, twin = (Doc(nlp.vocab, words=["two", "words"], spaces=[False, False]) for _ in range(2))
+    handoff.begin_batch()
+    handoff.put([doc], [LAYERS])
+    assert handoff.take(twin, 7) is None and handoff.take(doc.copy(), 7) is None  # other Docs, same tokens
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    assert handoff.take(doc, 7) is None
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[0], ["two", "words"], heads=[(doc[0], 1), doc[0]])
+    assert handoff.take(doc, 8) is LAYERS  # the very tokens again
 
 
 def test_the_layers_held_stay_within_the_budget_the_oldest_going_first():
