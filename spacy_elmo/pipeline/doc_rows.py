@@ -17,7 +17,7 @@ is read only where the tensor holds no block, and only where it describes the Do
 record, the whole text, every token's characters and text. A whole Doc read back from ``DocBin`` is such a Doc; a
 piece or a joined Doc never is (spaCy copies a record whole into every piece, and moves it when pieces are joined).
 """
-import uuid
+import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -68,17 +68,18 @@ def put_rows(doc: Doc, vectors: Optional[np.ndarray], layers: Optional[np.ndarra
     if kept is not None:
         record.update(spans=token_spans(doc), orths=doc.to_array(ORTH))
         record.update({kind: rows for kind, rows in ((VECTORS, vectors), (LAYERS, layers)) if rows is not None})
-    doc.user_data[("._.", f"{RECORD}/{uuid.uuid4().hex}", 0, _text_length(doc))] = record
+    doc.user_data[("._.", f"{RECORD}/{os.urandom(8).hex()}", 0, _text_length(doc))] = record
 
 
 def _into_tensor(
     doc: Doc, block: Block, vectors: Optional[np.ndarray], layers: Optional[np.ndarray]
 ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
     """Write the block after the tensor's other columns; the rows as views of the new tensor."""
-    earlier = _earlier_columns(doc)
-    n, start = len(doc), earlier.shape[1]
+    earlier = _earlier_columns(doc) if getattr(doc.tensor, "size", 0) else None
+    n, start = len(doc), 0 if earlier is None else earlier.shape[1]
     tensor = np.empty((n, start + block.columns), dtype=np.float32)
-    tensor[:, :start] = earlier
+    if start:
+        tensor[:, :start] = earlier
     if vectors is not None:
         tensor[:, start : start + block.width] = vectors
         vectors = tensor[:, start : start + block.width]
