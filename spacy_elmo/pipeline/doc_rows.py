@@ -12,7 +12,7 @@ piece of a split token) has no row of its own. So every token reads the row spaC
 
 ``DocBin`` drops the tensor, so each annotation also leaves a record in ``doc.user_data`` (views of the same memory
 when the tensor holds the rows, or the only copy with ``set_tensor = false``): under a span-form key of its own
-(``("._.", "elmo_rows/<id>", 0, len(doc.text))``) with the characters and text of the tokens it describes. A record
+(``("._.", "elmo_rows/<id>", 0, len(doc.text))``) with the text and characters of the tokens it describes. A record
 is read only where the tensor holds no block, and only where it describes the Doc's tokens exactly: the Doc's only
 record, the whole text, every token's characters and text. A whole Doc read back from ``DocBin`` is such a Doc; a
 piece or a joined Doc never is (spaCy copies a record whole into every piece, and moves it when pieces are joined).
@@ -66,8 +66,8 @@ def put_rows(doc: Doc, vectors: Optional[np.ndarray], layers: Optional[np.ndarra
         vectors, layers = _into_tensor(doc, Block(kept.shape[-1], vectors is not None, 0 if layers is None else len(layers)), vectors, layers)
     record: Dict[str, Any] = {}
     if kept is not None:
-        record.update(spans=token_spans(doc), orths=doc.to_array(ORTH))
         record.update({kind: rows for kind, rows in ((VECTORS, vectors), (LAYERS, layers)) if rows is not None})
+        record["tokens"] = token_table(doc)
     doc.user_data[("._.", f"{RECORD}/{os.urandom(8).hex()}", 0, _text_length(doc))] = record
 
 
@@ -169,11 +169,9 @@ def annotated(doc: Doc) -> bool:
     return bool(_record_keys(doc)) or _tensor_block(doc.tensor) is not None
 
 
-def token_spans(doc: Doc) -> np.ndarray:
-    """``(len(doc), 2)`` int64: each token's first character and the character after its last."""
-    spans = doc.to_array([IDX, LENGTH]).astype(np.int64)
-    spans[:, 1] += spans[:, 0]
-    return spans
+def token_table(doc: Doc) -> np.ndarray:
+    """Each token's text (``ORTH``), first character and length: equal for two Docs only where their tokens are."""
+    return doc.to_array([ORTH, IDX, LENGTH])
 
 
 def _recorded(doc: Doc, kind: str) -> Optional[np.ndarray]:
@@ -186,8 +184,7 @@ def _recorded(doc: Doc, kind: str) -> Optional[np.ndarray]:
         return None
     record = doc.user_data[keys[0]]
     rows = record.get(kind)
-    exact = rows is not None and np.array_equal(record["spans"], token_spans(doc))
-    return rows if exact and np.array_equal(record["orths"], doc.to_array(ORTH)) else None
+    return rows if rows is not None and np.array_equal(record.get("tokens"), token_table(doc)) else None
 
 
 def _record_keys(doc: Doc) -> List[Tuple]:

@@ -25,16 +25,17 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Set
 
 import numpy as np
-from spacy.attrs import IDX, LENGTH, ORTH
 from spacy.tokens import Doc
 from thinc.types import Floats3d
+
+from .doc_rows import token_table
 
 
 @dataclass
 class _Held:
     doc: "weakref.ReferenceType[Doc]"
     layers: Floats3d
-    tokens: np.ndarray  # the tokens the layers are for (:func:`_tokens`)
+    tokens: np.ndarray  # the tokens the layers are for (token_table)
     thread: int  # the thread whose batch made them
     waiting: Set[int]  # ids of the listener nodes yet to take them
 
@@ -101,7 +102,7 @@ class LayerHandoff:
                 return
             for doc, doc_layers in zip(docs, layers):
                 self._held.pop(id(doc), None)
-                self._held[id(doc)] = _Held(weakref.ref(doc), doc_layers, _tokens(doc), thread, set(self._readers))
+                self._held[id(doc)] = _Held(weakref.ref(doc), doc_layers, token_table(doc), thread, set(self._readers))
             total = sum(held.layers.nbytes for held in self._held.values())
             while total > self.max_bytes:
                 total -= self._held.popitem(last=False)[1].layers.nbytes
@@ -117,7 +118,7 @@ class LayerHandoff:
             if held is None or held.doc() is not doc:
                 return None
             self._taken(id(doc), reader)
-        return held.layers if np.array_equal(held.tokens, _tokens(doc)) else None
+        return held.layers if np.array_equal(held.tokens, token_table(doc)) else None
 
     def release(self, doc: Doc, reader: int) -> None:
         """The listener node with id ``reader`` got ``doc``'s layers another way (a training batch): stop waiting."""
@@ -140,7 +141,3 @@ class LayerHandoff:
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(state.get("source"), state.get("max_bytes", 2**30))
 
-
-def _tokens(doc: Doc) -> np.ndarray:
-    """Each token's text and characters: equal for two tokenizations of a text only where they are the same."""
-    return doc.to_array([ORTH, IDX, LENGTH])
