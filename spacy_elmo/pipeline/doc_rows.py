@@ -63,7 +63,8 @@ def put_rows(doc: Doc, vectors: Optional[np.ndarray], layers: Optional[np.ndarra
         del doc.user_data[key]
     kept = vectors if vectors is not None else layers
     if in_tensor and kept is not None:
-        vectors, layers = _into_tensor(doc, Block(kept.shape[-1], vectors is not None, 0 if layers is None else len(layers)), vectors, layers)
+        block = Block(kept.shape[-1], vectors is not None, 0 if layers is None else len(layers))
+        vectors, layers = _into_tensor(doc, block, vectors, layers)
     record: Dict[str, Any] = {}
     if kept is not None:
         record.update({kind: rows for kind, rows in ((VECTORS, vectors), (LAYERS, layers)) if rows is not None})
