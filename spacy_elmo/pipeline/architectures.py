@@ -243,12 +243,13 @@ def doc_layers(model: Model, docs: Sequence[Doc], fresh: bool = False) -> List[F
     return [torch2xp(x) for x in runtime.layers(words, per_doc, fresh, on_device=True)]
 
 
-def doc_mixes(model: Model, docs: Sequence[Doc], weights: MixWeights) -> List[Floats2d]:
+def doc_mixes(model: Model, docs: Sequence[Doc], weights: MixWeights, spare_columns: int = 0) -> List[Floats2d]:
     """Per Doc, ``sum_j weights[j] * layer_j``, ``(len(doc), dim)``, summed as the biLM makes each layer, so that the
-    layers are never held (what the ``elmo`` component stores when no listener reads layers)."""
+    layers are never held (what the ``elmo`` component stores when no listener reads layers); ``spare_columns`` as in
+    :meth:`~spacy_elmo.runtime.ElmoRuntime.mixed`."""
     runtime = runtime_of(model)
     words, per_doc = _doc_segments(runtime, docs)
-    return runtime.mixed(words, weights, per_doc)
+    return runtime.mixed(words, weights, per_doc, spare_columns)
 
 
 def _doc_segments(runtime: ElmoRuntime, docs: Sequence[Doc]) -> Tuple[List[List[str]], List[int]]:

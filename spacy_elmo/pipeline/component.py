@@ -34,7 +34,7 @@ from .architectures import (
 )
 from .config_types import CacheMegabytes, Mix, ModelName, Threads, TokenCount, WaitMilliseconds, check_cache_mb, check_config_setting
 from .extensions import in_spacy_worker, install_extensions, set_vector_hooks, tensor_use
-from .doc_rows import put_rows
+from .doc_rows import SPARE_COLUMNS, put_rows
 from .handoff import LayerHandoff
 from .listener import link, listener_nodes, send_training_batch, set_listener_dims, unlink
 
@@ -245,7 +245,8 @@ class Elmo(TrainablePipe):
         if not docs or not (need_layers or need_vectors):
             return [ElmoOutput(None, None) for _ in docs]
         if not need_layers:
-            return [ElmoOutput(None, vectors) for vectors in doc_mixes(self.model, docs, self.mix_weights)]
+            spare = SPARE_COLUMNS if self.set_tensor else 0  # doc.tensor's mark column, without a copy
+            return [ElmoOutput(None, vectors) for vectors in doc_mixes(self.model, docs, self.mix_weights, spare)]
         to_numpy, weights = self.model.ops.to_numpy, self.mix_weights
         layers = self.model.predict(docs)
         return [ElmoOutput(x, mix_layers(weights, to_numpy(x)) if need_vectors else None) for x in layers]

@@ -29,6 +29,7 @@ VECTORS, LAYERS = "vectors", "layers"  # the kinds of rows; layers are (n_layers
 RECORD = "elmo_rows"  # the start of a record's name in its user_data key
 SAVED_BY_0_2 = {VECTORS: "elmo", LAYERS: "elmo_layers"}  # the Doc attributes spacy-elmo 0.2 saved the rows as
 MARK_BASE = 2**23  # marks are -(MARK_BASE + code): integers that float32 holds exactly and no biLM output reaches
+SPARE_COLUMNS = 1  # the mark's: vectors made as the first columns of an array this much wider become the tensor
 
 
 class Block(NamedTuple):
@@ -75,9 +76,15 @@ def put_rows(doc: Doc, vectors: Optional[np.ndarray], layers: Optional[np.ndarra
 def _into_tensor(
     doc: Doc, block: Block, vectors: Optional[np.ndarray], layers: Optional[np.ndarray]
 ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
-    """Write the block after the tensor's other columns; the rows as views of the new tensor."""
+    """Write the block after the tensor's other columns; the rows as views of the new tensor. Vectors alone that
+    are the first columns of an array of the block's width (``SPARE_COLUMNS``) become the tensor, uncopied."""
     earlier = _earlier_columns(doc) if getattr(doc.tensor, "size", 0) else None
     n, start = len(doc), 0 if earlier is None else earlier.shape[1]
+    base = getattr(vectors, "base", None)
+    if not start and layers is None and _first_columns_of(vectors, base, block.columns):
+        base[:, -1] = block.mark
+        doc.tensor = base
+        return vectors, None
     tensor = np.empty((n, start + block.columns), dtype=np.float32)
     if start:
         tensor[:, :start] = earlier
@@ -92,6 +99,13 @@ def _into_tensor(
     tensor[:, -1] = block.mark
     doc.tensor = tensor
     return vectors, layers
+
+
+def _first_columns_of(vectors: Any, base: Any, columns: int) -> bool:
+    return (
+        isinstance(base, np.ndarray) and base.shape == (len(vectors), columns) and base.flags.c_contiguous
+        and vectors.ctypes.data == base.ctypes.data and vectors.strides == base.strides
+    )
 
 
 def _earlier_columns(doc: Doc) -> np.ndarray:

@@ -151,11 +151,16 @@ class ElmoRuntime:
         return self._submit(segments, None, joined, fresh, on_device)
 
     def mixed(
-        self, segments: Sequence[Sequence[str]], weights: MixWeights, joined: Optional[Sequence[int]] = None
+        self,
+        segments: Sequence[Sequence[str]],
+        weights: MixWeights,
+        joined: Optional[Sequence[int]] = None,
+        spare_columns: int = 0,
     ) -> List[np.ndarray]:
         """Each segment's ``sum_j weights[j] * layer_j``, ``(len(segment), dim)`` float32 on the host; ``joined`` as
-        in :meth:`layers`."""
-        return self._submit(segments, tuple(weights), joined, False, False)
+        in :meth:`layers`. With ``spare_columns``, each array is the first ``dim`` columns of one that many columns
+        wider (its ``base``; the rest unwritten), so that a caller adds columns of its own without a copy."""
+        return self._submit(segments, tuple(weights), joined, False, False, spare_columns)
 
     def _submit(
         self,
@@ -164,13 +169,14 @@ class ElmoRuntime:
         joined: Optional[Sequence[int]],
         fresh: bool,
         on_device: bool,
+        spare_columns: int = 0,
     ) -> List[Rows]:
         """The arrays of a call, filled by biLM runs that a request batcher plans: the runtime's, or without
         ``batch_requests`` one of the call's own, which plans the same runs but merges nothing (a stateful call: one
         run, in its turn). A stateless call's segments go longest first, so that the runs cut from it hold segments
         of similar lengths (little padding)."""
         lengths = [len(words) for words in segments]
-        outputs, places = self._outputs(lengths, mix, joined, on_device)
+        outputs, places = self._outputs(lengths, mix, joined, on_device, spare_columns)
         stateful = self.settings.stateful and not fresh
         items = [Segment(words, mix, out, stateful) for words, out in zip(segments, places)]
         shared = stateful or (self.settings.batch_requests and not self.settings.stateful)
@@ -179,10 +185,15 @@ class ElmoRuntime:
         return outputs
 
     def _outputs(
-        self, lengths: List[int], mix: Optional[MixWeights], joined: Optional[Sequence[int]], on_device: bool
+        self,
+        lengths: List[int],
+        mix: Optional[MixWeights],
+        joined: Optional[Sequence[int]],
+        on_device: bool,
+        spare_columns: int,
     ) -> Tuple[List[Rows], List[Rows]]:
-        """The arrays a call returns (uninitialised: every row is written), on the host or the biLM's device, and each
-        segment's rows of them."""
+        """The arrays a call returns (uninitialised: every row is written; on the host, the first columns of arrays
+        ``spare_columns`` wider), on the host or the biLM's device, and each segment's rows of them."""
         options = self.options
         lead = () if mix is not None else (options.n_output_layers,)
         groups = joined if joined is not None else [1] * len(lengths)
@@ -192,7 +203,12 @@ class ElmoRuntime:
         for count in groups:
             sizes = lengths[first : first + count]
             shape = (*lead, sum(sizes), options.output_dim)
-            output = torch.empty(shape, device=self.device) if on_device else np.empty(shape, dtype=np.float32)
+            if on_device:
+                output = torch.empty(shape, device=self.device)
+            elif spare_columns:
+                output = np.empty((*shape[:-1], shape[-1] + spare_columns), dtype=np.float32)[..., : shape[-1]]
+            else:
+                output = np.empty(shape, dtype=np.float32)
             outputs.append(output)
             places.extend(_split(output, sizes))
             first += count

@@ -94,6 +94,14 @@ def test_the_top_mix_is_the_top_layer_itself():
         np.testing.assert_array_equal(mixed, layers[-1])
 
 
+def test_a_mix_with_spare_columns_is_the_first_columns_of_a_wider_array():
+    """What the ``elmo`` component makes ``doc.tensor`` of, its mark column added without a copy."""
+    runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS)))
+    for layers, mixed in zip(runtime.layers(SENTENCES), runtime.mixed(SENTENCES, (0.0, 0.0, 1.0), spare_columns=2)):
+        np.testing.assert_array_equal(mixed, layers[-1])
+        assert mixed.base.shape == (len(mixed), mixed.shape[1] + 2) and np.shares_memory(mixed, mixed.base)
+
+
 def test_layers_in_one_output_equal_each_sentence_alone():
     runtime = ElmoRuntime.load(BiLmSettings(str(OPTIONS), str(WEIGHTS), max_batch_tokens=20))
     together = runtime.layers(SENTENCES)
