@@ -3,6 +3,7 @@ reads, the same Doc twice, copies; bounded, and nothing held for listeners that 
 import gc
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from spacy.tokens import Doc
 from spacy_elmo import ElmoListenerWarning
 from spacy_elmo.pipeline.handoff import LayerHandoff
 
-from tests.pipeline.conftest import PROBES, tagger_pipeline, train_losses
+from tests.pipeline.conftest import PROBES, examples, tagger_pipeline, train_losses
 from tests.conftest import ROUNDING
 
 LAYERS = np.zeros((3, 2, 4), dtype=np.float32)  # the layers of a two-token Doc
@@ -79,6 +80,18 @@ def test_a_listener_that_lets_layers_expire_is_not_waited_for_until_it_reads_aga
     assert len(handoff) == 0
     assert handoff.take(other, 7) is None  # it reads (the biLM runs again for it): waited for from now on
     assert handoff.begin_batch()
+
+
+def test_evaluating_after_training_and_threads_sharing_the_pipeline_run_the_bilm_once_per_doc():
+    nlp = tagger_pipeline()
+    train_losses(nlp, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ElmoListenerWarning)  # a listener running the biLM again says so
+        nlp.evaluate(examples(nlp), batch_size=2)
+        with ThreadPoolExecutor(4) as pool:
+            tagged = list(pool.map(nlp, PROBES * 8))
+    assert all(token.tag_ for doc in tagged for token in doc)
+    assert len(nlp.get_pipe("elmo").handoff) == 0
 
 
 def test_layers_wait_for_the_next_batch_of_their_own_thread_only():
