@@ -213,21 +213,21 @@ class Elmo(TrainablePipe):
         name = getattr(component, "name", None)
         if name is None:  # a function component: no model, no listeners
             return
-        self._refuse_tensor_use(component, name)
         found = listener_nodes(getattr(component, "model", None), self.name)
+        self._refuse_tensor_use(component, name, listens=bool(found))
         for old in list(self.listener_map.get(name, [])):
             if all(old is not node for node in found):
                 self.remove_listener(old, name)
         for node in found:
             self.add_listener(node, name)
 
-    def _refuse_tensor_use(self, component: Any, name: str) -> None:
+    def _refuse_tensor_use(self, component: Any, name: str, listens: bool) -> None:
         """spaCy links the components after this one: none may replace ``doc.tensor`` or read it as a ``tok2vec``'s
-        output while this one keeps its rows there."""
+        output while this one keeps its rows there (``listens``: ``component`` listens to this one too)."""
         use = tensor_use(component) if self.set_tensor and (self.store_vectors or self.store_layers) else None
         if use is None:
             return
-        order = "" if listener_nodes(component.model, self.name) else f"put {self.name!r} after {name!r}, or "
+        order = "" if listens else f"put {self.name!r} after {name!r}, or "
         raise ElmoSettingsError(
             f"{self.name!r} keeps its vectors in doc.tensor (set_tensor = true), but {name!r} after it {use}: "
             f"{order}set set_tensor = false in [components.{self.name}] (the vectors then stay in doc.user_data, "

@@ -173,8 +173,8 @@ def token_vector(token: Token) -> Optional[np.ndarray]:
     if getattr(tensor, "ndim", 0) == 2 and tensor.shape[0] > i and tensor.size and tensor[i, -1] == tensor[0, -1] <= -MARK_BASE:
         block = _block_of(float(tensor[i, -1]))
         if block is not None and block.columns <= tensor.shape[1]:
-            start = tensor.shape[1] - block.columns
-            return tensor[i, start : start + block.width] if block.vectors else None
+            row = _block_rows(tensor[i : i + 1], block, VECTORS)
+            return None if row is None else row[0]
     found = doc_rows(token.doc, VECTORS)
     return found.rows[i] if found is not None and found.present[i] else None
 
