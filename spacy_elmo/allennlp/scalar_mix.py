@@ -1,9 +1,6 @@
-"""AllenNLP's ``ScalarMix`` (``allennlp.modules.scalar_mix``): a trainable mix of the biLM's layers in torch.
-
-``gamma * sum_k softmax(s)_k * L_k`` (Peters et al., 2018, eq. 1). With ``do_layer_norm`` every layer is first
-normalised by one mean and one variance taken over all unmasked (position, dimension) pairs of the whole batch,
-without a learned scale or shift, ``(L - mean) / sqrt(var + LAYER_NORM_EPS)``. Padded positions are normalised
-with the same numbers (they are not zeroed), as in AllenNLP. How it differs from the fixed mix and the listener's: docs/api.md, "Layer mixes".
+"""AllenNLP's ``ScalarMix`` (``allennlp.modules.scalar_mix``): a trainable mix of the biLM's layers in torch,
+:func:`~spacy_elmo.model.learned_mix.learned_mix` with AllenNLP's parameters and arguments. With ``do_layer_norm``
+every layer is first normalised over all unmasked (position, dimension) pairs of the whole batch.
 """
 from typing import Optional, Sequence
 
@@ -11,9 +8,7 @@ import torch
 from torch import nn
 
 from ..errors import ElmoSettingsError
-
-# AllenNLP's ``tiny_value_of_dtype`` for float32, added to the variance.
-LAYER_NORM_EPS = 1e-13
+from ..model.learned_mix import learned_mix
 
 
 class ScalarMix(nn.Module):
@@ -57,22 +52,9 @@ class ScalarMix(nn.Module):
                 f"tensors holds {len(tensors)} tensors, but this ScalarMix has mixture_size {self.mixture_size}; "
                 f"give one tensor per weight"
             )
-        weights = self.weights()
-        if self.do_layer_norm:
-            if mask is None:
-                raise ElmoSettingsError(
-                    "mask is None, but this ScalarMix has do_layer_norm=True: pass mask, (batch, time), the positions "
-                    "to normalise over"
-                )
-            tensors = [_layer_norm(tensor, mask) for tensor in tensors]
-        return self.gamma * sum(weight * tensor for weight, tensor in zip(weights, tensors))
-
-
-def _layer_norm(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``tensor`` less its mean over the unmasked entries, over their standard deviation (one of each per call)."""
-    keep = mask.unsqueeze(-1).to(tensor.dtype)
-    count = keep.sum() * tensor.shape[-1]
-    kept = tensor * keep
-    mean = kept.sum() / count
-    variance = (((kept - mean) * keep) ** 2).sum() / count
-    return (tensor - mean) / torch.sqrt(variance + LAYER_NORM_EPS)
+        if self.do_layer_norm and mask is None:
+            raise ElmoSettingsError(
+                "mask is None, but this ScalarMix has do_layer_norm=True: pass mask, (batch, time), the positions "
+                "to normalise over"
+            )
+        return learned_mix(torch.cat(list(self.scalar_parameters)), self.gamma, tensors, mask, self.do_layer_norm)

@@ -1,7 +1,7 @@
 """A torch scalar mix, ``gamma * sum_j softmax(s)_j * h_j`` (Peters et al. 2018, eq. 1), as bilm-tf computes it.
 
-The tests' reference for the listener's thinc mix (``spacy_elmo.pipeline.listener_mix``), whose gradients are
-written by hand: this one's come from autograd. Not part of the package.
+The tests' reference for the listener's mix (``spacy_elmo.pipeline.listener_mix``), written apart from the
+package's (``spacy_elmo.model.learned_mix``): a stacked tensor and a masked layer norm with bilm-tf's eps.
 """
 from typing import Optional, Sequence
 

@@ -1,0 +1,42 @@
+"""The learned scalar mix of the biLM's layers in torch: ``gamma * sum_j softmax(s)_j * h_j`` (Peters et al., 2018,
+eq. 1), optionally with each layer first normalised (no learned scale or shift).
+
+The one implementation, with torch's autograd, behind each listener's mix (``pipeline/listener_mix.py``, one Doc
+per call) and AllenNLP's ``ScalarMix`` (``allennlp/scalar_mix.py``, a padded batch per call). The fixed mixes are in
+``fixed_mix.py``; how the three differ: docs/api.md, "Layer mixes".
+"""
+from typing import Optional, Sequence
+
+import torch
+
+# AllenNLP's ``tiny_value_of_dtype`` for float32, added to the variance.
+LAYER_NORM_EPS = 1e-13
+
+
+def learned_mix(
+    scalars: torch.Tensor,
+    gamma: torch.Tensor,
+    layers: Sequence[torch.Tensor],
+    mask: Optional[torch.Tensor] = None,
+    layer_norm: bool = False,
+) -> torch.Tensor:
+    """``gamma * sum_j softmax(scalars)_j * layers[j]``; ``layers`` a list of equal-shape tensors ``(..., dim)`` or
+    one tensor ``(n_layers, ..., dim)``. With ``layer_norm`` each layer is first normalised by one mean and one
+    variance over the positions ``mask`` (``layers[j].shape[:-1]``, bool; None: all) and every dimension; padded
+    positions are normalised with the same numbers, as in AllenNLP."""
+    weights = torch.softmax(scalars, dim=0)
+    if layer_norm:
+        layers = [normalised(layer, mask) for layer in layers]
+    return gamma * sum(weight * layer for weight, layer in zip(weights, layers))
+
+
+def normalised(layer: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``layer`` less its mean over the positions ``mask`` keeps (None: all), over their standard deviation."""
+    if mask is None:
+        centred = layer - layer.mean()
+        return centred / torch.sqrt((centred**2).mean() + LAYER_NORM_EPS)
+    keep = mask.unsqueeze(-1).to(layer.dtype)
+    count = keep.sum() * layer.shape[-1]
+    mean = (layer * keep).sum() / count
+    variance = (((layer - mean) * keep) ** 2).sum() / count
+    return (layer - mean) / torch.sqrt(variance + LAYER_NORM_EPS)
