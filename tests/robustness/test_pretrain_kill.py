@@ -1,10 +1,9 @@
 """``python -m spacy_elmo pretrain`` killed with SIGKILL while writing its files, then resumed; SIGTERM to one rank.
 
-The kills are deterministic: ``SPACY_ELMO_KILL_AT`` (spacy_elmo/util/files.py) makes the process kill itself at
-a chosen step of a chosen write. After every kill the output directory must hold the last complete checkpoint
+The kills are deterministic: ``tests/robustness/kill_at.py`` runs the command so that it kills itself at a chosen
+step of a chosen write. After every kill the output directory must hold the last complete checkpoint
 and export, which load; rerunning the command must finish with exactly the weights of an uninterrupted run.
 """
-import os
 import signal
 import subprocess
 import sys
@@ -21,10 +20,10 @@ from spacy_elmo.formats.weights import load_files
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.trainer import CHECKPOINT, Trainer
 from spacy_elmo.pretrain.vocab import Vocab
-from spacy_elmo.util.files import KILL_AT_VAR, WRITE_STEPS
 
 from tests.conftest import torchrun
 from tests.pretrain.conftest import tiny_config
+from tests.robustness.kill_at import WRITE_STEPS
 
 pytestmark = pytest.mark.slow
 
@@ -65,8 +64,9 @@ def export_is_of_checkpoint(out: Path, state: Dict[str, torch.Tensor]) -> bool:
 
 def kill_in_write(config: Path, out: Path, target: str, step: str) -> None:
     """Run the pretraining command until it kills itself at ``step`` of its KILLED_WRITE-th write of ``target``."""
-    env = {**os.environ, KILL_AT_VAR: f"{out / target}:{step}:{KILLED_WRITE}"}
-    done = subprocess.run(pretrain_command(config, out), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    kill = [sys.executable, "-m", "tests.robustness.kill_at", str(out / target), step, str(KILLED_WRITE), "spacy_elmo"]
+    command = kill + pretrain_command(config, out)[3:]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
 
 
