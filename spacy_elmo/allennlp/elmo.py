@@ -163,12 +163,8 @@ class ElmoBiLm(nn.Module):
             self.carried.state = BiLmState(fn(state.h), fn(state.c))
         return result
 
-    @property
-    def _device(self) -> torch.device:
-        return self.encoder.device
-
     def _char_ids(self, tokens: Sequence[str]) -> torch.Tensor:
-        return torch.from_numpy(tokens_to_ids(tokens, MAX_CHARACTERS)).to(self._device)
+        return torch.from_numpy(tokens_to_ids(tokens, MAX_CHARACTERS)).to(self.encoder.device)
 
     def _token_vectors(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Token vectors of ``(n, 50)`` char ids, each distinct token run once."""
@@ -180,17 +176,15 @@ class ElmoBiLm(nn.Module):
     def token_embedding(self, inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """The char CNN's vectors of char ids ``(batch, steps, 50)`` whose rows hold ``lengths`` tokens, with ``<S>``
         and ``</S>`` around each row's tokens, zeros past them: ``(batch, steps + 2, projection_dim)``."""
-        steps = inputs.shape[1]
-        present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
+        present = torch.arange(inputs.shape[1], device=inputs.device)[None, :] < lengths[:, None]
         vectors = self._token_vectors(torch.cat((self._char_ids([BOS_TOKEN, EOS_TOKEN]), inputs[present])))
-        return _with_boundaries(vectors[2:], vectors[:2], lengths, steps)
+        return _with_boundaries(vectors[2:], vectors[:2], lengths, present)
 
     def forward(self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None) -> BiLmOutput:
         """``inputs``: char ids ``(batch, timesteps, 50)`` (from :func:`batch_to_ids`); ``word_inputs``: word ids
         ``(batch, timesteps)`` into ``vocab_to_cache``, used instead of the char ids' tokens when given and all
         inside it (else the char CNN runs on ``inputs``, as in AllenNLP)."""
-        _check_char_ids(inputs)
-        lengths = (inputs > 0).any(dim=-1).sum(dim=1)
+        lengths = _char_lengths(inputs)
         batch, steps = inputs.shape[:2]
         if batch == 0:  # nothing runs, and the carried state stays
             empty = self.encoder.bilm.w_proj.new_zeros(0, steps + 2, self.get_output_dim())
@@ -199,7 +193,7 @@ class ElmoBiLm(nn.Module):
             lengths = (word_inputs > 0).sum(dim=1)
             present = torch.arange(steps, device=inputs.device)[None, :] < lengths[:, None]
             tokens = self.word_vectors.index_select(0, word_inputs[present])
-            padded = _with_boundaries(tokens, self.boundary_vectors, lengths, steps)
+            padded = _with_boundaries(tokens, self.boundary_vectors, lengths, present)
         else:
             padded = self.token_embedding(inputs, lengths)
         if self.encoder.bilm.w_proj.requires_grad:
@@ -227,10 +221,8 @@ class _ElmoCharacterEncoder(nn.Module):
         return self._bilm.encoder.options.projection_dim
 
     def forward(self, inputs: torch.Tensor) -> Dict[str, torch.Tensor]:
-        _check_char_ids(inputs)
-        lengths = (inputs > 0).any(dim=-1).sum(dim=1)
-        steps = inputs.shape[1]
-        return {"mask": _boundary_mask(lengths, steps), "token_embedding": self._bilm.token_embedding(inputs, lengths)}
+        lengths = _char_lengths(inputs)
+        return {"mask": _boundary_mask(lengths, inputs.shape[1]), "token_embedding": self._bilm.token_embedding(inputs, lengths)}
 
 
 def _boundary_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
@@ -238,20 +230,14 @@ def _boundary_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
     return torch.arange(steps + 2, device=lengths.device)[None, :] < (lengths + 2)[:, None]
 
 
-def _with_boundaries(tokens: torch.Tensor, boundaries: torch.Tensor, lengths: torch.Tensor, steps: int) -> torch.Tensor:
-    """``(batch, steps + 2, dim)``: ``<S>``, each row's ``tokens`` (consecutive in ``tokens``), ``</S>``, zeros."""
-    batch, dim = lengths.shape[0], tokens.shape[1]
-    device = tokens.device
-    positions = torch.arange(steps + 2, device=device)[None, :].expand(batch, -1)
-    ends = lengths[:, None] + 1
-    starts = torch.cumsum(lengths, 0) - lengths  # each row's first token in ``tokens``
-    index = (starts[:, None] + positions - 1).clamp(min=0)
-    table = torch.cat((tokens, boundaries, tokens.new_zeros(1, dim)))
-    n = tokens.shape[0]
-    index = torch.where(positions < ends, index, n + 2)  # past </S>: the zero row
-    index = torch.where(positions == 0, n, index)
-    index = torch.where(positions == ends, n + 1, index)
-    return table.index_select(0, index.reshape(-1)).view(batch, steps + 2, dim)
+def _with_boundaries(tokens: torch.Tensor, boundaries: torch.Tensor, lengths: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """``(batch, steps + 2, dim)``: ``<S>``, each row's ``tokens`` (consecutive in ``tokens``) where ``present``
+    ``(batch, steps)`` is, ``</S>``, zeros."""
+    out = tokens.new_zeros(present.shape[0], present.shape[1] + 2, tokens.shape[1])
+    out[:, 1:-1][present] = tokens
+    out[:, 0] = boundaries[0]
+    out[torch.arange(len(lengths), device=out.device), lengths + 1] = boundaries[1]
+    return out
 
 
 def _check_byte_model(encoder: ElmoEncoder, options_file: Optional[PathLike]) -> None:
@@ -265,12 +251,14 @@ def _check_byte_model(encoder: ElmoEncoder, options_file: Optional[PathLike]) ->
         )
 
 
-def _check_char_ids(inputs: torch.Tensor) -> None:
+def _char_lengths(inputs: torch.Tensor) -> torch.Tensor:
+    """Each row's number of tokens, after checking that ``inputs`` are ``(batch, timesteps, 50)`` char ids."""
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or inputs.shape[-1] != MAX_CHARACTERS:
         found = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
         raise ElmoSettingsError(
             f"inputs must be character ids of shape (batch, timesteps, 50) from batch_to_ids, found {found}"
         )
+    return (inputs > 0).any(dim=-1).sum(dim=1)
 
 
 def _in_cache(word_inputs: torch.Tensor, inputs: torch.Tensor, word_vectors: torch.Tensor) -> bool:

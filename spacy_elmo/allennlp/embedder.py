@@ -5,6 +5,7 @@ Tools built on it (SeqVec, flair's ELMo embeddings) port by changing the import.
 layers of each sentence, LSTM state carried from call to call as 0.9 did, HDF5 files in 0.9's layout.
 """
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -125,11 +126,8 @@ class ElmoEmbedder:
         """
         if output_format not in OUTPUT_FORMATS:
             raise ConfigurationError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, found {output_format!r}")
-        if isinstance(input_file, (str, Path)):
-            with open(input_file, encoding="utf-8") as opened:
-                sentences = [line.strip() for line in opened]
-        else:
-            sentences = [line.strip() for line in input_file]
+        with open(input_file, encoding="utf-8") if isinstance(input_file, (str, Path)) else nullcontext(input_file) as lines:
+            sentences = [line.strip() for line in lines]
         blank = [i for i, line in enumerate(sentences) if not line]
         if blank:
             raise ConfigurationError(f"input_file has empty lines (0-based: {blank[:10]}); remove them, one sentence per line")

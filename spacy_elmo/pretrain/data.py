@@ -163,7 +163,7 @@ class SentenceStream:
         """Everything needed to continue the stream exactly (plain Python values only)."""
         return {
             "version": self.STATE_VERSION,
-            "rng": _encode_random_state(self.rng.getstate()),
+            "rng": [*self.rng.getstate()],  # JSON turns tuples into lists; load_state_dict turns them back
             "seed": self.seed,
             "epoch": self.epoch,
             "position": self.position,
@@ -186,7 +186,8 @@ class SentenceStream:
                 f"The checkpoint's data position is rank {state['rank']} of {state['world_size']}; "
                 f"this is rank {self.rank} of {self.world_size}"
             )
-        self.rng.setstate(_decode_random_state(state["rng"]))
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
         self.epoch, self.position = state["epoch"], state["position"]
         self.pending = [list(s) for s in state["pending"]]
         self.ready = [[list(s) for s in b] for b in state["ready"]]
@@ -218,13 +219,3 @@ class SentenceStream:
                 "The checkpoint was written for other training files or another seed; resume with the same "
                 "--paths.train and seed, or start a new OUTPUT_DIR"
             )
-
-
-def _encode_random_state(state: tuple) -> list:
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _decode_random_state(state: list) -> tuple:
-    version, internal, gauss = state
-    return (version, tuple(internal), gauss)

@@ -14,7 +14,6 @@ import shutil
 import time
 import warnings
 from contextlib import nullcontext
-from dataclasses import fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -34,7 +33,7 @@ from ..model.batch_cost import row_tokens
 from ..model.options import ElmoOptions
 from ..util.text import make_tokenizer
 from ..formats.weights import load_files, save_files
-from .config import PretrainConfig, bf16_support
+from .config import ModelSection, PretrainConfig, bf16_support
 from .data import SentenceStream, read_sentences, resolve_files
 from .language_model import BiLanguageModel
 from .vocab import Vocab, count_sentences
@@ -147,8 +146,7 @@ def read_initial_weights(config: PretrainConfig) -> InitialWeights:
         raise InitializeError(f"Cannot start from the [initialize] biLM: {err}") from None
     wanted = config.options()
     for options, source in sources:
-        differ = [f.name for f in fields(ElmoOptions) if f.name not in ("extra", "n_characters")
-                  and getattr(options, f.name) != getattr(wanted, f.name)]
+        differ = [name for name in ModelSection.model_fields if getattr(options, name) != getattr(wanted, name)]
         if differ:
             details = "; ".join(f"{k}: {getattr(options, k)!r} there, {getattr(wanted, k)!r} in [model]" for k in differ)
             raise InitializeError(f"The biLM in {source} has another architecture than [model] ({details}): make [model] match it")
