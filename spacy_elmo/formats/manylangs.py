@@ -29,18 +29,18 @@ How their model maps onto this one (their code: ``elmoformanylangs/modules``):
 """
 import copy
 import json
+import shutil
+import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from ..errors import ManyLangsError
-from ..util.files import atomic_write
+from ..util.files import PathLike, atomic_write
 from ..model.bilm import BiLm
 from ..model.options import ElmoOptions
 from .weights import save_files
-
-PathLike = Union[str, Path]
 
 # configs/cnn_50_100_512_4096_sample.json of ELMoForManyLangs: the architecture of every published model.
 PUBLISHED_ARCHITECTURE: Dict[str, Any] = {
@@ -247,9 +247,6 @@ def needed_files(names: List[str], where: PathLike) -> Dict[str, str]:
 def extract(source: PathLike, folder: PathLike) -> None:
     """Copy the files the converter reads out of a model ``.zip``, or out of the folder it unpacks to, into
     ``folder`` (flat; nothing else is written)."""
-    import shutil
-    import zipfile
-
     source, folder = Path(source), Path(folder)
     if source.is_dir():
         members = [str(p.relative_to(source)) for p in sorted(source.rglob("*")) if p.is_file()]
@@ -267,8 +264,6 @@ def extract(source: PathLike, folder: PathLike) -> None:
 def convert_archive(source: PathLike, work_dir: PathLike, options_file: PathLike, weight_file: PathLike) -> ElmoOptions:
     """:func:`extract` (from a ``.zip`` or a folder) then :func:`convert`; ``work_dir`` holds the extracted files
     and is removed afterwards."""
-    import shutil
-
     work = Path(work_dir)
     try:
         extract(source, work)

@@ -49,57 +49,40 @@ DAMAGED = "the file is damaged (or was written by a training run that diverged):
 
 
 class _Entry(NamedTuple):
-    """One dataset of the file and the parameter it fills."""
+    """One dataset of the file: its shape, and the model's parameters it holds, as views in the file's layout (two
+    for an LSTM's ``W_0``: joined along the first axis)."""
 
     shape: Tuple[int, ...]
-    get: Callable[[BiLm], torch.Tensor]  # the file's array from the model
-    put: Callable[[BiLm, torch.Tensor], None]  # the model's parameter from the file's array
+    views: Callable[[BiLm], Tuple[torch.Tensor, ...]]
 
+    def get(self, m: BiLm) -> torch.Tensor:
+        """The file's array from the model."""
+        views = [v.detach() for v in self.views(m)]
+        return views[0] if len(views) == 1 else torch.cat(views)
 
-def _copy(param: Callable[[BiLm], torch.nn.Parameter]) -> Tuple[Callable, Callable]:
-    def get(m: BiLm) -> torch.Tensor:
-        return param(m).detach()
-
-    def put(m: BiLm, value: torch.Tensor) -> None:
-        param(m).data.copy_(value)
-
-    return get, put
+    def put(self, m: BiLm, value: torch.Tensor) -> None:
+        """The model's parameters from the file's array (under ``torch.no_grad``)."""
+        views = self.views(m)
+        for view, part in zip(views, value.split([v.shape[0] for v in views])):
+            view.copy_(part)
 
 
 def layout(options: ElmoOptions) -> Dict[str, _Entry]:
     """The datasets an hdf5 file for ``options`` must hold, with their shapes."""
-    d, p, h = options.char_embedding_dim, options.projection_dim, options.lstm_dim
-    entries: Dict[str, _Entry] = {}
-
-    def char_get(m: BiLm) -> torch.Tensor:
-        return m.char_cnn.embedding.weight.detach()[1:]
-
-    def char_put(m: BiLm, value: torch.Tensor) -> None:
-        m.char_cnn.embedding.weight.data[1:].copy_(value)
-        m.char_cnn.embedding.weight.data[0].zero_()
-
-    entries["char_embed"] = _Entry((options.n_characters - 1 if options.char_vocabulary else 261, d), char_get, char_put)
+    d, p, h, f = options.char_embedding_dim, options.projection_dim, options.lstm_dim, options.n_filters
+    rows = options.n_characters - 1 if options.char_vocabulary else 261
+    entries = {"char_embed": _Entry((rows, d), lambda m: (m.char_cnn.embedding.weight[1:],))}  # row 0: padding
     if options.word_dim:
-        entries["word_embed"] = _Entry(
-            (len(options.word_embedding["words"]), options.word_dim), *_copy(lambda m: m.word_embedding.weight)
-        )
+        entries["word_embed"] = _Entry((len(options.word_embedding["words"]), options.word_dim), lambda m: (m.word_embedding.weight,))
     for i, (w, n) in enumerate(options.filters):
-        def cnn_get(m: BiLm, i: int = i) -> torch.Tensor:
-            return m.char_cnn.weights[i].detach().permute(2, 1, 0).unsqueeze(0)
-
-        def cnn_put(m: BiLm, value: torch.Tensor, i: int = i) -> None:
-            m.char_cnn.weights[i].data.copy_(value[0].permute(2, 1, 0))
-
-        entries[f"CNN/W_cnn_{i}"] = _Entry((1, w, d, n), cnn_get, cnn_put)
-        entries[f"CNN/b_cnn_{i}"] = _Entry((n,), *_copy(lambda m, i=i: m.char_cnn.biases[i]))
-    f = options.n_filters
+        entries[f"CNN/W_cnn_{i}"] = _Entry((1, w, d, n), lambda m, i=i: (m.char_cnn.weights[i].permute(2, 1, 0)[None],))
+        entries[f"CNN/b_cnn_{i}"] = _Entry((n,), lambda m, i=i: (m.char_cnn.biases[i],))
     for k in range(options.n_highway):
-        for name, attr in (("W_carry", "w_carry"), ("W_transform", "w_transform")):
-            entries[f"CNN_high_{k}/{name}"] = _Entry((f, f), *_copy(lambda m, a=attr, k=k: getattr(m.highway, a)[k]))
-        for name, attr in (("b_carry", "b_carry"), ("b_transform", "b_transform")):
-            entries[f"CNN_high_{k}/{name}"] = _Entry((f,), *_copy(lambda m, a=attr, k=k: getattr(m.highway, a)[k]))
-    entries["CNN_proj/W_proj"] = _Entry((options.word_dim + f, p), *_copy(lambda m: m.w_proj))
-    entries["CNN_proj/b_proj"] = _Entry((p,), *_copy(lambda m: m.b_proj))
+        for gate in ("carry", "transform"):
+            entries[f"CNN_high_{k}/W_{gate}"] = _Entry((f, f), lambda m, a=f"w_{gate}", k=k: (getattr(m.highway, a)[k],))
+            entries[f"CNN_high_{k}/b_{gate}"] = _Entry((f,), lambda m, a=f"b_{gate}", k=k: (getattr(m.highway, a)[k],))
+    entries["CNN_proj/W_proj"] = _Entry((options.word_dim + f, p), lambda m: (m.w_proj,))
+    entries["CNN_proj/b_proj"] = _Entry((p,), lambda m: (m.b_proj,))
     for direction, stack in ((0, "forward_lstms"), (1, "backward_lstms")):
         for layer in range(options.n_layers):
             prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
@@ -107,17 +90,9 @@ def layout(options: ElmoOptions) -> Dict[str, _Entry]:
             def cell(m: BiLm, s: str = stack, i: int = layer):
                 return getattr(m, s)[i]
 
-            def w0_get(m: BiLm, cell=cell) -> torch.Tensor:
-                return torch.cat((cell(m).w_input.detach(), cell(m).w_hidden.detach()))
-
-            def w0_put(m: BiLm, value: torch.Tensor, cell=cell) -> None:
-                lstm = cell(m)
-                lstm.w_input.data.copy_(value[: lstm.input_dim])
-                lstm.w_hidden.data.copy_(value[lstm.input_dim :])
-
-            entries[f"{prefix}/W_0"] = _Entry((2 * p, 4 * h), w0_get, w0_put)
-            entries[f"{prefix}/B"] = _Entry((4 * h,), *_copy(lambda m, cell=cell: cell(m).bias))
-            entries[f"{prefix}/W_P_0"] = _Entry((h, p), *_copy(lambda m, cell=cell: cell(m).w_proj))
+            entries[f"{prefix}/W_0"] = _Entry((2 * p, 4 * h), lambda m, cell=cell: (cell(m).w_input, cell(m).w_hidden))
+            entries[f"{prefix}/B"] = _Entry((4 * h,), lambda m, cell=cell: (cell(m).bias,))
+            entries[f"{prefix}/W_P_0"] = _Entry((h, p), lambda m, cell=cell: (cell(m).w_proj,))
     return entries
 
 

@@ -12,7 +12,7 @@ from .options import ElmoOptions
 from .char_cnn import CharCNN
 from .highway import Highway
 from .lstm import LayerOutput, LstmWithProjection, Packing, StackedProducts, prepared_products, run_packed
-from .precision import DEFAULT_PRECISION, LowPrecisionLinear, linear, low_precision_linear
+from .precision import DEFAULT_PRECISION, LowPrecisionLinear, low_precision_linear
 from .token_ids import TokenIds
 
 
@@ -131,12 +131,10 @@ class BiLm(nn.Module):
         chosen = () if precision == DEFAULT_PRECISION else tuple(parts)
         self.precision, self.precision_parts = precision, chosen
         self._products = {}  # built from the LSTMs' products at the precision before
-        self.char_cnn.low_precision = []
-        self.highway.low_precision = []
-        if "char_cnn" in chosen:
-            self.char_cnn.set_precision(precision)
-        if "highway" in chosen:
-            self.highway.set_precision(precision)
+        for name, part in (("char_cnn", self.char_cnn), ("highway", self.highway)):
+            part.low_precision = []
+            if name in chosen:
+                part.set_precision(precision)
         kept = precision if "projection" in chosen else DEFAULT_PRECISION  # int8 keeps it in (row-exact) fp32
         self._low_proj = low_precision_linear(self.w_proj, self.b_proj, kept) if chosen else None
         lstm_products = [name for name in ("input", "hidden", "projection") if f"lstm_{name}" in chosen]
@@ -153,7 +151,7 @@ class BiLm(nn.Module):
         x = self.highway(self.char_cnn(char_ids))
         if self.word_embedding is not None:
             x = torch.cat((self.word_embedding(word_ids), x), dim=1)
-        return linear(x, self.w_proj, self.b_proj, self._low_proj)
+        return torch.addmm(self.b_proj, x, self.w_proj) if self._low_proj is None else self._low_proj(x)
 
     def forward(
         self, tokens: torch.Tensor, lengths: Sequence[int], state: Optional[BiLmState] = None

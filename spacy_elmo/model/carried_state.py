@@ -22,21 +22,17 @@ class CarriedState:
     def start(self, encoder: ElmoEncoder, rows: int) -> BiLmState:
         """The starting state of a call with ``rows`` rows."""
         start = encoder.start_state(rows, stateful=True)
-        if self.state is None:
-            return start
-        carried = min(rows, self.state.rows)
-        h, c = start.h.clone(), start.c.clone()
-        h[:, :, :carried] = self.state.h[:, :, :carried]
-        c[:, :, :carried] = self.state.c[:, :, :carried]
-        return BiLmState(h, c)
+        return start if self.state is None else _overlay(start, self.state)
 
     def update(self, final: BiLmState) -> None:
         """Keep the final state of a call's rows, and of older rows beyond them."""
         final = final.detach()
-        if self.state is None or self.state.rows <= final.rows:
-            self.state = final
-            return
-        h, c = self.state.h.clone(), self.state.c.clone()
-        h[:, :, : final.rows] = final.h
-        c[:, :, : final.rows] = final.c
-        self.state = BiLmState(h, c)
+        self.state = final if self.state is None or self.state.rows <= final.rows else _overlay(self.state, final)
+
+
+def _overlay(base: BiLmState, top: BiLmState) -> BiLmState:
+    """``base`` with its first rows (as many as both have) taken from ``top``."""
+    n = min(base.rows, top.rows)
+    h, c = base.h.clone(), base.c.clone()
+    h[:, :, :n], c[:, :, :n] = top.h[:, :, :n], top.c[:, :, :n]
+    return BiLmState(h, c)

@@ -13,16 +13,9 @@ EOS_CHAR = 257 + 1
 BOW_CHAR = 258 + 1
 EOW_CHAR = 259 + 1
 PAD_CHAR = 260 + 1
-N_CHARACTERS = 262  # 256 bytes + 5 markers + the padding-token id 0
 
 BOS_TOKEN = "<S>"
 EOS_TOKEN = "</S>"
-
-
-def _boundary_ids(marker: int, max_chars: int) -> np.ndarray:
-    ids = np.full(max_chars, PAD_CHAR, dtype=np.int64)
-    ids[:3] = (BOW_CHAR, marker, EOW_CHAR)
-    return ids
 
 
 def utf8(token: str) -> bytes:
@@ -49,22 +42,13 @@ def first_truncated(tokens: Iterable[str], max_chars: int) -> Optional[str]:
     return None
 
 
-def token_bytes(token: str, max_chars: int = 50) -> bytes:
-    """The bytes of ``token`` the model sees: :func:`utf8`, cut to ``max_chars - 2`` bytes."""
-    return utf8(token)[: max_chars - 2]
-
-
 def token_to_ids(token: str, max_chars: int = 50) -> np.ndarray:
-    """The ``max_chars`` character ids of one token."""
-    if token == BOS_TOKEN:
-        return _boundary_ids(BOS_CHAR, max_chars)
-    if token == EOS_TOKEN:
-        return _boundary_ids(EOS_CHAR, max_chars)
-    data = token_bytes(token, max_chars)
+    """The ``max_chars`` character ids of one token: its bytes (:func:`utf8`, cut to ``max_chars - 2``), or a
+    sentence boundary's marker, framed by the word markers."""
+    marker = {BOS_TOKEN: BOS_CHAR, EOS_TOKEN: EOS_CHAR}.get(token)
+    chars = [marker] if marker else np.frombuffer(utf8(token)[: max_chars - 2], dtype=np.uint8).astype(np.int64) + 1
     ids = np.full(max_chars, PAD_CHAR, dtype=np.int64)
-    ids[0] = BOW_CHAR
-    ids[1 : len(data) + 1] = np.frombuffer(data, dtype=np.uint8).astype(np.int64) + 1
-    ids[len(data) + 1] = EOW_CHAR
+    ids[0], ids[1 : len(chars) + 1], ids[len(chars) + 1] = BOW_CHAR, chars, EOW_CHAR
     return ids
 
 

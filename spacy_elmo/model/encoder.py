@@ -1,6 +1,7 @@
 """Sentences in, ELMo layers out: tokens to char ids, the token layer (with its cache), the biLM, batching."""
+import itertools
 import warnings
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -36,25 +37,13 @@ def check_initial_state(initial_state: str, name: str = "initial_state") -> None
         raise ElmoSettingsError(f"{name} must be one of {', '.join(INITIAL_STATES)}, found {initial_state!r}")
 
 
-def resolve_initial_state(initial_state: str, options, stateful: bool = False) -> str:
-    """What ``"auto"`` means for a model: the start it was trained from.
-
-    That is "zeros" if ``options.json`` says so (models made by this package's ``pretrain``), and
-    "warm" for the published models, which were trained with state carried across batches. In the
-    stateful mode "auto" starts from zeros, exactly as the references do.
-    """
-    if initial_state != "auto":
-        return initial_state
-    return "zeros" if stateful or options.extra.get(TRAINING_START_KEY) == "zeros" else "warm"
-
-
 class ElmoEncoder(nn.Module):
     """Runs a :class:`BiLm` over tokenised sentences and returns their layers without ``<S>``/``</S>``.
 
     ``initial_state`` says where every sentence's LSTMs start when no carried state is given:
     ``"zeros"`` (the reference right after ``reset_states()``), ``"warm"`` (the state left by
     :data:`WARM_UP_TEXT`, the same for every sentence) or ``"auto"`` (the default): the start the model was
-    trained from (see :func:`resolve_initial_state`). Either way a sentence's vectors depend on
+    trained from (see :meth:`start_state`). Either way a sentence's vectors depend on
     nothing but the sentence.
 
     It starts with no token cache and fp32 products; :class:`~spacy_elmo.runtime.ElmoRuntime` gives it the
@@ -161,21 +150,22 @@ class ElmoEncoder(nn.Module):
         """Pre-fill the token cache from a word list, most frequent first, until it is full."""
         if self.cache is None:
             raise ElmoSettingsError("This encoder has no token cache; create it with cache_size > 0")
-        batch: List[str] = []
+        words = iter(words)
         with torch.inference_mode():
-            for word in words:
-                if self.cache.full:
+            while not self.cache.full:
+                batch = list(itertools.islice(words, batch_size))
+                if not batch:
                     break
-                batch.append(word)
-                if len(batch) == batch_size:
-                    self.token_vectors(batch)
-                    batch = []
-            if batch and not self.cache.full:
                 self.token_vectors(batch)
 
     def start_state(self, rows: int, stateful: bool = False) -> BiLmState:
-        """The state every sentence starts from when none is carried over (``stateful``: new rows of that mode)."""
-        if resolve_initial_state(self.initial_state, self.options, stateful) == "zeros":
+        """The state every sentence starts from when none is carried over (``stateful``: new rows of that mode).
+
+        ``"auto"`` is the start the model was trained from: "zeros" if ``options.json`` says so (models made by
+        ``pretrain``), else "warm" (the published models were trained with state carried across batches); in the
+        stateful mode "zeros", exactly as the references do."""
+        auto = "zeros" if stateful or self.options.extra.get(TRAINING_START_KEY) == "zeros" else "warm"
+        if (auto if self.initial_state == "auto" else self.initial_state) == "zeros":
             return BiLmState.zeros(self.options, rows, self.bilm.w_proj)
         warm = self._warm  # read once: another thread may reset it; two threads computing it get the same state
         if warm is None:
@@ -196,15 +186,11 @@ class ElmoEncoder(nn.Module):
         """
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
         width = int(lengths.max()) if len(lengths) else 0
-        out = self.layer_output(len(sentences) * width)
+        out = LayerOutput(self.bilm.w_proj, self.options.n_output_layers, len(sentences) * width, self.options.projection_dim)
         final = self.encode(sentences, state, out, np.arange(len(sentences)) * width)
         mask = torch.from_numpy(np.arange(width)[None, :] < lengths[:, None]).to(self.device)
         layers = out.layers().view(self.options.n_output_layers, len(sentences), width, self.options.output_dim)
         return layers, mask, final
-
-    def layer_output(self, n_tokens: int) -> LayerOutput:
-        """All layers of ``n_tokens`` tokens, zero until :meth:`encode` writes them."""
-        return LayerOutput(self.bilm.w_proj, self.options.n_output_layers, n_tokens, self.options.projection_dim)
 
     def encode(
         self,

@@ -19,12 +19,9 @@ DEFAULT_MIX = "top"
 
 def check_mix_spec(spec: MixSpec) -> None:
     """Reject a ``mix`` setting that no biLM could use (the layer count is checked once weights load)."""
-    if isinstance(spec, str):
-        if spec not in MIX_NAMES:
-            raise ElmoSettingsError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
-    elif not isinstance(spec, (list, tuple)) or not all(is_number(w) for w in spec):
+    if spec not in MIX_NAMES if isinstance(spec, str) else not isinstance(spec, (list, tuple)) or not all(map(is_number, spec)):
         raise ElmoSettingsError(f"mix must be one of {MIX_NAMES} or a list of one weight per layer, found {spec!r}")
-    elif len(spec) == 0:
+    if not isinstance(spec, str) and len(spec) == 0:
         raise ElmoSettingsError("mix is an empty list; give one weight per biLM layer, or 'average' / 'top'")
 
 

@@ -194,7 +194,7 @@ class FbgemmInt8:
     @staticmethod
     def product(rows: torch.Tensor, linear: "Int8Linear") -> torch.Tensor:
         """``rows @ weight.T * scales`` (float32), the rows as :meth:`rows` gives them."""
-        return _fbgemm_linear()(rows, linear.packed["fbgemm"], True)  # reduce_range: 7 bits
+        return _op("quantized", "linear_dynamic")(rows, linear.packed["fbgemm"], True)  # reduce_range: 7 bits
 
 
 class OneDnnInt8:
@@ -227,7 +227,7 @@ class OneDnnInt8:
 
     @staticmethod
     def product(rows: torch.Tensor, linear: "Int8Linear") -> torch.Tensor:
-        return _onednn_linear()(rows, 1.0, ZERO_POINT, linear.packed["onednn"], linear.scales,
+        return _op("onednn", "qlinear_pointwise")(rows, 1.0, ZERO_POINT, linear.packed["onednn"], linear.scales,
                                 _zero_points(linear.out_features), None, 1.0, 0, torch.float32, "none", [], "")
 
 
@@ -324,17 +324,10 @@ ZERO_POINT = 64
 
 
 @functools.lru_cache(maxsize=None)
-def _fbgemm_linear() -> Callable[..., torch.Tensor]:
-    """fbgemm's dynamic int8 linear as one resolved overload: called through ``torch.ops.quantized.linear_dynamic``,
-    each call first checks in Python whether its arguments need a Python dispatch (5 us, a fifth of a one-row
-    product's time)."""
-    return torch.ops.quantized.linear_dynamic.default
-
-
-@functools.lru_cache(maxsize=None)
-def _onednn_linear() -> Callable[..., torch.Tensor]:
-    """oneDNN's int8 linear as one resolved overload (see :func:`_fbgemm_linear`)."""
-    return torch.ops.onednn.qlinear_pointwise.default
+def _op(namespace: str, name: str) -> Callable[..., torch.Tensor]:
+    """``torch.ops.<namespace>.<name>`` as one resolved overload: called through the packet, each call first checks
+    in Python whether its arguments need a Python dispatch (5 us, a fifth of a one-row int8 product's time)."""
+    return getattr(getattr(torch.ops, namespace), name).default
 
 
 @functools.lru_cache(maxsize=None)
@@ -364,11 +357,6 @@ def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], pre
     if precision == DEFAULT_PRECISION:
         return RowExactLinear(weight, bias)
     return FloatLinear(weight, bias, _FLOAT_TYPES[precision])
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, kernel: Optional[LowPrecisionLinear]) -> torch.Tensor:
-    """``bias + x @ weight`` for 2-d ``x``: by ``kernel`` where the precision is reduced, else in float32 as ever."""
-    return torch.addmm(bias, x, weight) if kernel is None else kernel(x)
 
 
 def stacked_linear(

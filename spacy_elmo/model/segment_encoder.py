@@ -1,5 +1,5 @@
 """Token sequences through an :class:`ElmoEncoder`, batch by batch, their layers packed on one token axis."""
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -47,16 +47,11 @@ class SegmentEncoder(nn.Module):
         carry = self.stateful if carry is None else carry
         lengths = np.array([len(s) for s in segments], dtype=np.int64)
         starts = np.concatenate(([0], np.cumsum(lengths)))
-        out = self._output(int(starts[-1]), mix)
+        n, like, dim = int(starts[-1]), self.encoder.bilm.w_proj, self.options.projection_dim
+        out = LayerOutput(like, self.options.n_output_layers, n, dim, zeros=False) if mix is None else MixOutput(like, mix, n, dim)
         initial = self.carried.start(self.encoder, len(segments)) if carry else None
         final = self.encoder.encode(segments, initial, out, starts[:-1], pause)
         if carry:
             self.carried.update(final)
         return out.layers()
 
-    def _output(self, n_tokens: int, mix: Optional[torch.Tensor]) -> Union[LayerOutput, MixOutput]:
-        """Where the layers of ``n_tokens`` packed tokens go: every layer, or their mix with the weights ``mix``."""
-        options, like = self.options, self.encoder.bilm.w_proj
-        if mix is None:
-            return LayerOutput(like, options.n_output_layers, n_tokens, options.projection_dim, zeros=False)
-        return MixOutput(like, mix, n_tokens, options.projection_dim)

@@ -19,22 +19,6 @@ DEFAULT_LANG = "en"
 DEFAULT_MODEL_DIR = DATA_DIR / EMBEDDED_MODELS[DEFAULT_LANG]
 
 
-def embedded_model_dir(lang: str = DEFAULT_LANG) -> Path:
-    """The folder of the embedded model for ``lang``; the English one, with a warning, for other languages."""
-    name = EMBEDDED_MODELS.get(lang)
-    if name is None:
-        warnings.warn(
-            f"spacy-elmo embeds no ELMo model for language {lang!r} (it has: {', '.join(sorted(EMBEDDED_MODELS))}), "
-            f"so the English one is used. Its byte-level character CNN reads any script, but its language model "
-            f"learned English. For your language, pretrain a model (python -m spacy_elmo pretrain) or use a "
-            f"published one, and give its options_file and weight_file.",
-            UserWarning,
-            stacklevel=2,
-        )
-        name = EMBEDDED_MODELS[DEFAULT_LANG]
-    return DATA_DIR / name
-
-
 def embedded_model_size(name: str) -> Tuple[Path, str]:
     """The folder of the embedded model ``name`` and its size on disk, as the docs state it (decimal MB)."""
     folder = DATA_DIR / name
@@ -156,8 +140,20 @@ def model_files(
 
 
 def default_model_files(lang: str = DEFAULT_LANG) -> Tuple[Path, Path]:
-    """Paths of the embedded model's ``options.json`` and ``weights.hdf5`` for ``lang``."""
-    folder = embedded_model_dir(lang)
+    """Paths of the embedded model's ``options.json`` and ``weights.hdf5`` for ``lang``; the English one, with a
+    warning, for other languages."""
+    name = EMBEDDED_MODELS.get(lang)
+    if name is None:
+        warnings.warn(
+            f"spacy-elmo embeds no ELMo model for language {lang!r} (it has: {', '.join(sorted(EMBEDDED_MODELS))}), "
+            f"so the English one is used. Its byte-level character CNN reads any script, but its language model "
+            f"learned English. For your language, pretrain a model (python -m spacy_elmo pretrain) or use a "
+            f"published one, and give its options_file and weight_file.",
+            UserWarning,
+            stacklevel=2,
+        )
+        name = EMBEDDED_MODELS[DEFAULT_LANG]
+    folder = DATA_DIR / name
     options, weights = folder / "options.json", folder / "weights.hdf5"
     if not (options.exists() and weights.exists()):
         raise ElmoWeightsError(
