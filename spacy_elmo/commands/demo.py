@@ -51,7 +51,6 @@ SENSES: Dict[str, Dict[str, List[str]]] = {
 }
 
 
-
 def layer_name(k: int) -> str:
     """How the demo names biLM layer ``k`` (0: the context-free token layer)."""
     return "layer 0 (characters only)" if k == 0 else f"layer {k} (biLSTM {k})"

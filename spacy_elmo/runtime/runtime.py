@@ -278,7 +278,6 @@ class ElmoRuntime:
         return state
 
 
-
 def _segment_tokens(segment: Segment) -> int:
     """A segment's tokens in a biLM batch: its row, boundaries included (a batch costs its rows times the longest)."""
     return row_tokens(len(segment.words))

@@ -71,10 +71,6 @@ def check_wait_ms(wait_ms: Any) -> None:
         raise ElmoSettingsError(f"batch_wait_ms must be a number of milliseconds >= 0 (0: no waiting), found {wait_ms!r}")
 
 
-def _path_text(value: Any) -> Optional[str]:
-    return None if value is None else str(value) if isinstance(value, Path) else value
-
-
 def setting(
     default: T, *places: str, check: Optional[Callable[[Any], None]] = None, option: Optional[str] = None
 ) -> T:
@@ -125,7 +121,8 @@ class BiLmSettings:
         then those of settings together that involve one of them."""
         names = set(names)
         for name in names & {"options_file", "weight_file"}:
-            object.__setattr__(self, name, _path_text(getattr(self, name)))
+            value = getattr(self, name)
+            object.__setattr__(self, name, str(value) if isinstance(value, Path) else value)
         for item in dataclasses.fields(self):
             if item.name in names and item.metadata["check"] is not None:
                 item.metadata["check"](getattr(self, item.name))

@@ -267,13 +267,8 @@ class RequestBatcher:
             return [
                 outcome for retry in retries for outcome in self._run_batch(retry, [shares[key] for key, _ in retry.shares])
             ]
-        outcomes: List[_Outcome] = []
-        at = 0
-        for share in batch:
-            size = share[2] - share[1]
-            outcomes.append((share, list(results[at : at + size]), None))
-            at += size
-        return outcomes
+        ends = itertools.accumulate(end - start for _, start, end in batch)
+        return [(share, list(results[end - (share[2] - share[1]) : end]), None) for share, end in zip(batch, ends)]
 
     def _commit(self, plan: Plan, outcomes: List[_Outcome]) -> None:
         """The batch ran (or stopped, all its calls cancelled: no outcomes): take the scheduler's turns, give each
