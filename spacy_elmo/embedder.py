@@ -1,9 +1,5 @@
-"""``spacy_elmo.ElmoEmbedder``: ELMo vectors for tokenised sentences as numpy arrays, outside spaCy.
-
-Its methods follow AllenNLP 0.9's class of the same name, but it is not that class (``spacy_elmo.allennlp``'s, which
-keeps 0.9's carried state): it is deterministic by default, see ``initial_state`` and ``stateful``, and
-docs/api.md, "Two classes called ElmoEmbedder".
-"""
+"""``spacy_elmo.ElmoEmbedder``: ELMo vectors for tokenised sentences as numpy arrays, outside spaCy; not AllenNLP
+0.9's class of the same name (docs/api.md, "Two classes called ElmoEmbedder")."""
 import reprlib
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -32,15 +28,8 @@ class ElmoEmbedder:
 
     Its arguments (``device`` and ``cache_words`` aside) are :class:`~spacy_elmo.runtime.BiLmSettings` fields, and
     docs/api.md's ``ElmoEmbedder`` table says what each does (tests/test_readme.py checks that it lists each one).
-    With neither file, the model embedded for ``lang``; ``options_file`` alone may name a downloaded model
-    (``ElmoEmbedder("original")``). A sentence's vectors depend on it alone unless ``stateful=True``, which carries
-    each batch row's final LSTM state into the same row of the next call, as AllenNLP and bilm-tf do
-    (``reset_states()`` clears it).
-
-    One embedder may serve several threads at once in the stateless mode (the default), with or without the
-    token cache, and gives each call the vectors it gives alone. ``stateful=True`` carries state from call to
-    call: calls then run one at a time, never merged, in the order they arrive; across threads that order, hence
-    the vectors, is arbitrary.
+    A sentence's vectors depend on it alone unless ``stateful=True`` (``reset_states()`` clears the carried state).
+    Sharing one embedder between threads: docs/limits.md, "Threads".
     """
 
     def __init__(

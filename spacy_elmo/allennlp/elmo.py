@@ -291,14 +291,13 @@ class Elmo(nn.Module):
     ``keep_sentence_boundaries``), zero past each sentence's end before dropout; the mask is bool. Inputs of more
     dimensions, ``(..., timesteps, 50)``, give outputs of the same leading shape.
 
-    As in AllenNLP, LSTM state is carried from batch to batch, row by row (see :class:`ElmoBiLm`): that reproduces
-    the published numbers; call :meth:`reset_states` to start over, or pass ``stateful=False`` (not in AllenNLP) for
-    vectors that depend on the sentence alone. Each scalar mix learns its softmax weights and ``gamma``, unless
-    ``scalar_mix_parameters`` fixes the weights (before the softmax) and gamma at 1. ``do_layer_norm`` normalises
-    each layer over the batch's unmasked positions, ``<S>``/``</S>`` included; ``dropout`` applies to the outputs in
-    training mode. ``requires_grad=True`` fine-tunes the biLM. ``vocab_to_cache`` precomputes token vectors for a
-    word list, so ``word_inputs`` (ids into it) replace the char CNN. ``module``: a biLM module of your own, with
-    ``num_layers``, ``get_output_dim()`` and ``forward`` returning activations and mask, instead of the files.
+    LSTM state is carried from batch to batch as :class:`ElmoBiLm` says (:meth:`reset_states`, ``stateful=False``).
+    Each scalar mix learns its softmax weights and ``gamma``, unless ``scalar_mix_parameters`` fixes the weights
+    (before the softmax) and gamma at 1. ``do_layer_norm`` normalises each layer over the batch's unmasked
+    positions, ``<S>``/``</S>`` included; ``dropout`` applies to the outputs in training mode. ``requires_grad=True``
+    fine-tunes the biLM. ``vocab_to_cache`` precomputes token vectors for a word list, so ``word_inputs`` (ids into
+    it) replace the char CNN. ``module``: a biLM module of your own, with ``num_layers``, ``get_output_dim()`` and
+    ``forward`` returning activations and mask, instead of the files.
 
     ``options_file`` alone may be the name of a downloaded model (``Elmo("original", None, 1)``; see
     ``python -m spacy_elmo list``), and a published model's URLs stand for it once it is downloaded; neither file

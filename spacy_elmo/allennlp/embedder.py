@@ -1,9 +1,6 @@
-"""AllenNLP 0.9's ``ElmoEmbedder`` (``allennlp.commands.elmo``, removed in 1.0) on this package's biLM: stateful, as
-0.9's was; not ``spacy_elmo.ElmoEmbedder`` (docs/api.md, "Two classes called ElmoEmbedder").
-
-Tools built on it (SeqVec, flair's ELMo embeddings) port by changing the import. Its results are 0.9's: the three
-layers of each sentence, LSTM state carried from call to call as 0.9 did, HDF5 files in 0.9's layout.
-"""
+"""AllenNLP 0.9's ``ElmoEmbedder`` (``allennlp.commands.elmo``, removed in 1.0) on this package's biLM, so that tools
+built on it (SeqVec, flair's ELMo embeddings) port by changing the import; not ``spacy_elmo.ElmoEmbedder`` (docs/api.md,
+"Two classes called ElmoEmbedder")."""
 import json
 from contextlib import nullcontext
 from pathlib import Path
@@ -49,10 +46,8 @@ class ElmoEmbedder:
     is downloaded); neither means the published ``original`` model, as in 0.9, which must be downloaded first
     (``python -m spacy_elmo download original``). ``cuda_device``: a GPU index, or -1 for the CPU.
 
-    As in 0.9, batch row ``r`` starts from the LSTM state row ``r`` of the previous batch ended in, so a sentence's
-    vectors depend on what was embedded before it (:meth:`reset_states` starts over). Not in 0.9: ``stateful``,
-    ``initial_state`` and ``precision``, as :class:`~spacy_elmo.allennlp.ElmoBiLm` takes them (``stateful=False``:
-    a sentence's vectors depend on it alone).
+    LSTM state is carried from batch to batch as in 0.9 (:meth:`reset_states` starts over); ``stateful``,
+    ``initial_state`` and ``precision`` (not in 0.9) as :class:`~spacy_elmo.allennlp.ElmoBiLm` takes them.
     """
 
     def __init__(
@@ -116,13 +111,9 @@ class ElmoEmbedder:
         forget_sentences: bool = False,
         use_sentence_keys: bool = False,
     ) -> None:
-        """Embed a file of one whitespace-tokenised sentence per line into HDF5, as 0.9 did.
-
-        Each line's vectors are a dataset named by its line number (0, 1, ...) or, with ``use_sentence_keys``, by
-        the line itself: ``(3, n, dim)`` for ``output_format="all"``, ``(n, dim)`` for ``"top"`` and
-        ``"average"``. Unless ``forget_sentences`` or ``use_sentence_keys``, a dataset ``sentence_to_index`` holds
-        one JSON string mapping each line to its dataset's name. ``input_file``: an open text file or a path.
-        Empty lines, repeated lines as keys and an unknown format are a ``ConfigurationError``, as in 0.9.
+        """Embed a file of one whitespace-tokenised sentence per line into HDF5, in 0.9's layout (docs/migrating.md,
+        "ElmoEmbedder of AllenNLP 0.9"). ``input_file``: an open text file or a path. Empty lines, repeated lines as
+        keys and an unknown format are a ``ConfigurationError``, as in 0.9.
         """
         if output_format not in OUTPUT_FORMATS:
             raise ConfigurationError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, found {output_format!r}")

@@ -1,17 +1,11 @@
 """``python -m spacy_elmo embed``: the ELMo layers of every line of a corpus into an HDF5 file, resumably.
 
-Output layout (plain HDF5; read it with h5py alone)::
-
-    /<k>           float32 dataset of input line k (0-based): (n_layers + 1, n_tokens, dim) for
-                   ``--layers all``, (n_tokens, dim) for ``top``, ``average`` and ``mix``
-    /tokens/<k>    UTF-8 string dataset (n_tokens,): the tokens of line k, one per row of /<k>
-    attrs          "settings" (JSON: everything that decides the numbers), "next_line" (lines before it
-                   are done), "n_lines" (lines in the input), "complete" (the whole shard is written)
+Output layout (plain HDF5; read it with h5py alone): docs/usage.md, "HDF5 layout".
 
 Lines are processed in order, a batch at a time: each batch's datasets are written, then
 ``next_line`` moves past the batch and the file is flushed. A rerun of the same command drops any
 dataset at or after ``next_line`` (left by a killed run) and continues from there, so the finished
-file equals that of an uninterrupted run. A shard ``i/n`` holds the lines ``k`` with ``k % n == i``.
+file equals that of an uninterrupted run.
 """
 import json
 import time
@@ -66,9 +60,8 @@ def bilm_settings(options: Mapping[str, Any]) -> BiLmSettings:
 class EmbedSettings:
     """Everything that decides the numbers written; stored in the file and checked when a run resumes.
 
-    bilm: the biLM and how it runs. Lines longer than its ``max_sentence_tokens`` are cut into consecutive windows,
-        each embedded on its own (no context crosses a window boundary), their rows concatenated. Its ``lang`` also
-        chooses the tokenizer.
+    bilm: the biLM and how it runs; its ``max_sentence_tokens`` cuts long lines into windows (:func:`embed_windows`),
+        its ``lang`` also chooses the tokenizer.
     layers: ``all`` (every layer), ``top``, ``average`` (mean of the layers) or ``mix``
         (``gamma * sum_j mix_weights[j] * layer_j``, the weights used as given).
     jsonl, whitespace: lines are JSON objects (``"text"`` or ``"tokens"``); text is split on whitespace, not by

@@ -1,16 +1,10 @@
-"""Convert an ELMoForManyLangs model (HIT-SCIR) once into this package's AllenNLP-style files.
-
-Why convert rather than read their folder each time: the converted model is an ordinary
-``options.json`` + ``weights.hdf5`` pair, so every path of the package (``ElmoEmbedder``, the
-``elmo`` component, ``embed``, the weight checks, the caches) works on it unchanged, and their
-pickles are read once, at download time.
+"""Convert an ELMoForManyLangs model (HIT-SCIR) once into this package's AllenNLP-style files (why convert, and
+why their pickles are safe to read: docs/models.md, "ELMoForManyLangs models").
 
 Their folder holds ``config.json`` (whose ``config_path`` names the architecture JSON; the
 published zips sometimes lack it, and their README says to use ``cnn_50_100_512_4096_sample.json``
 then, reproduced in :data:`PUBLISHED_ARCHITECTURE`), ``char.dic`` and ``word.dic`` (``entry<TAB>id``
 per line) and two PyTorch pickles of ``state_dict``s, ``token_embedder.pkl`` and ``encoder.pkl``.
-The pickles are read with ``torch.load(..., weights_only=True)``: only tensors and plain
-containers are unpickled, never code.
 
 How their model maps onto this one (their code: ``elmoformanylangs/modules``):
 

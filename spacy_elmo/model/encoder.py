@@ -26,8 +26,7 @@ WARM_UP_TEXT = (
 INITIAL_STATES = ("auto", "zeros", "warm")
 DEFAULT_INITIAL_STATE = "auto"
 
-# Key of ``options.json`` that names the start state a model was trained from; this package's
-# ``pretrain`` writes "zeros". The published models were trained with state carried across batches.
+# Key of ``options.json`` that names the start state a model was trained from (see ``ElmoEncoder.start_state``).
 TRAINING_START_KEY = "training_initial_state"
 
 

@@ -1,9 +1,6 @@
-"""The learned scalar mix of the biLM's layers in torch: ``gamma * sum_j softmax(s)_j * h_j`` (Peters et al., 2018,
-eq. 1), optionally with each layer first normalised (no learned scale or shift).
-
-The one implementation, with torch's autograd, behind each listener's mix (``pipeline/listener_mix.py``, one Doc
-per call) and AllenNLP's ``ScalarMix`` (``allennlp/scalar_mix.py``, a padded batch per call). The fixed mixes are in
-``fixed_mix.py``; how the three differ: docs/api.md, "Layer mixes".
+"""The learned scalar mix of the biLM's layers (Peters et al., 2018, eq. 1), in torch with autograd: the one
+implementation behind ``pipeline/listener_mix.py`` and ``allennlp/scalar_mix.py``; how it differs from the fixed
+mixes (``fixed_mix.py``): docs/api.md, "Layer mixes".
 """
 from typing import Optional, Sequence
 

@@ -69,15 +69,9 @@ class ObjectiveSection(_Section):
 
 
 class InitializeSection(_Section):
-    """Where a run's weights start (domain adaptation, paper section 3.4), instead of at random.
-
-    ``run``: a pretraining output directory; its vocabulary and softmax continue on the new text, and its
-    biLM too (from ``checkpoint.pt``) unless ``options_file`` + ``weight_file`` name the biLM. A run kept
-    without its checkpoint (``pretrain_runs/``) holds its softmax in ``softmax.pt`` (fp16) and is started
-    with the package's export of its biLM as ``options_file`` + ``weight_file``.
-    ``options_file`` + ``weight_file`` alone: ELMo files (AllenNLP, bilm-tf or this package); the biLM
-    continues, the vocabulary is built from the new text and the softmax starts fresh.
-    """
+    """Where a run's weights start (domain adaptation, paper section 3.4), instead of at random: what ``run`` and
+    ``options_file`` + ``weight_file`` each continue, alone and together, is in docs/pretraining.md, "Adapting a
+    biLM to your text"."""
 
     run: Optional[str] = None
     options_file: Optional[str] = None

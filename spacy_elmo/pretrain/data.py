@@ -1,10 +1,8 @@
 """Raw text in, tokenised sentence batches out: globally shuffled, sharded by rank, resumable.
 
-Input files hold one sentence per line (plain text or ``.gz``). Lines are tokenised with the
-spaCy tokenizer of the configured language, so pretraining sees the same tokens as the ``elmo``
-component later. The stream's position (epoch, line, pending batches, random state) is part of
-every checkpoint, so a resumed run continues with exactly the batches the interrupted one would
-have seen.
+Input files hold one sentence per line (plain text or ``.gz``), tokenised by :mod:`~spacy_elmo.util.text`. The
+stream's position (epoch, line, pending batches, random state) is part of every checkpoint, so a resumed run
+continues with exactly the batches the interrupted one would have seen.
 """
 import glob
 import gzip

@@ -1,10 +1,7 @@
 """The pretraining objective: forward and backward next-word prediction over the biLM's top layer.
 
-Both directions share the token layer and one softmax (as in the paper); their LSTMs are
-separate. The softmax is torch's adaptive softmax (Grave et al. 2017): exact, normalised
-probabilities (so held-out perplexity is exact, unlike a sampled softmax's estimate) at a cost
-on a CPU close to that of the ``cutoffs[0]`` most frequent words. Every sentence starts from the
-zero state, the start the biLM uses at inference with ``initial_state="zeros"``.
+Both directions share the token layer and one softmax (as in the paper), torch's adaptive softmax (Grave et al.
+2017); their LSTMs are separate. Why adaptive, and the zero start state: docs/pretraining.md, "Objective".
 """
 from typing import NamedTuple, Sequence
 

@@ -1,11 +1,7 @@
 """The pretraining loop: one process, or one per device under ``torchrun`` (DistributedDataParallel).
 
-``OUTPUT_DIR`` holds ``options.json`` + ``weights.hdf5`` (AllenNLP layout, rewritten at every
-checkpoint so the directory always holds a usable model), ``best/`` (the same files at the lowest
-held-out perplexity so far, with ``best/scores.json``), ``vocab.txt``, ``config.cfg``,
-``checkpoint.pt`` (model, softmax, optimizer, random and data-stream states; written
-atomically) and ``log.jsonl``. Running the same command again resumes from the checkpoint and
-continues exactly as an uninterrupted run would.
+What ``OUTPUT_DIR`` holds (its ``options.json`` + ``weights.hdf5`` rewritten at every checkpoint, so that it always
+holds a usable model) and how a rerun resumes: docs/pretraining.md, "Output" and "Loop".
 """
 import json
 import math

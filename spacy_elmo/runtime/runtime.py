@@ -46,12 +46,10 @@ class ElmoRuntime:
     (one per segment, or one per group of consecutive segments laid end to end, such as a Doc's windows) and each
     biLM run copies its rows straight into them (one host transfer per run), so nothing is stitched afterwards and
     no result keeps a run's buffers alive.
-    Calls from several threads are merged into one run (``batch_requests``), each getting exactly its own
-    vectors, and a run pauses between LSTM steps for the shorter calls that arrive while it runs (they run there, in
-    a run of their own); a call made inside a :class:`~spacy_elmo.serving.cancel.CancelHandle`'s scope stops, when the
-    handle is cancelled from another thread, before its next run (raising ``CallCancelled``); a stateful biLM runs
-    one call at a time, in order, each call one biLM batch (row ``r`` of a call continues row ``r`` of the call
-    before, as in AllenNLP).
+    Calls from several threads share runs (``batch_requests``), each getting exactly its own vectors, through a
+    :class:`~spacy_elmo.serving.RequestBatcher` (merging, pausing between LSTM steps and cancelling as it says); a
+    stateful biLM runs one call at a time, in order, each call one biLM batch
+    (:class:`~spacy_elmo.model.carried_state.CarriedState`).
 
     Safe to call from several threads in the stateless mode; :meth:`configure` and :meth:`reset_states` are for
     one thread while no call runs. The thread setting goes to the process's one owner of torch's thread count
@@ -71,8 +69,7 @@ class ElmoRuntime:
     def load(
         cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None, saved: Optional[SavedBiLm] = None
     ) -> "ElmoRuntime":
-        """Read the biLM of ``saved`` bytes, else the one ``settings`` names (its files, a downloaded model's name,
-        or the embedded model), onto ``device`` (checked first; default the CPU)."""
+        """A runtime of the biLM :func:`~spacy_elmo.sources.load.load_encoder` reads for ``settings`` or ``saved``."""
         encoder = load_encoder(settings.options_file, settings.weight_file, settings.lang, device, saved)
         return cls(encoder, settings)
 

@@ -2,10 +2,8 @@
 
 A web service runs a request's work in a worker thread; when the client goes away, the request's thread is busy in
 the model, where nothing can interrupt it. A handle, made by the service and held by the worker while it works
-(``with handle.scope():``), lets any other thread cancel what the worker's calls still have to do: the request
-batcher (request_batcher.py) drops the items of a cancelled call that have not run and raises
-:class:`CallCancelled` to its caller; a batch already running finishes, or, when all its calls are cancelled, stops
-at its next pause point (so an abandoned call stops within one batch, and a batch of its own within a pause).
+(``with handle.scope():``), lets any other thread cancel what the worker's calls still have to do; what stops
+when: :meth:`CancelHandle.cancel`, and :class:`~spacy_elmo.serving.request_batcher.RequestBatcher` ("Cancelling").
 """
 import contextvars
 import threading

@@ -1,17 +1,9 @@
 """Calls from several threads run together, in the batches the scheduler plans: :class:`RequestBatcher`.
 
 A service shares one model between threads. Running each call alone wastes the model's batching; running everything
-queued as one batch makes a short call wait for a long one queued before it. The scheduler
-(:mod:`~spacy_elmo.serving.scheduler`) makes every decision: what each batch holds (a token budget, the calls taking
-turns: the token budget per step of chunked prefill, as in vLLM and Sarathi-Serve), how long a leader waits for
-calls to join it, whether a running batch gives way and to whom, what runs again after an error. This module keeps
-the queue, the lock and the leader, runs the plans and commits them: one caller at a time leads, plans the next
-batch under the lock, runs it, and only then commits what it ran. A call returns when all its items are done. A run
-that can stop between its steps and go on (the biLM's, between LSTM steps) calls :meth:`RequestBatcher.pause_point`
-there: calls that arrived while it runs may be served in a batch of their own, so a short call waits for a slice of
-the run in progress instead of all of it.
-
-Nothing here knows what the items are: ``run`` maps a list of items to one result per item.
+queued as one batch makes a short call wait for a long one queued before it. Every decision is the scheduler's
+(:mod:`~spacy_elmo.serving.scheduler` lists them; its token budget per batch is chunked prefill's, as in vLLM and
+Sarathi-Serve); this module keeps the queue, the lock and the leader, and runs and commits the plans.
 """
 import itertools
 import threading

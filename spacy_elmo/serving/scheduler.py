@@ -35,10 +35,8 @@ DEFAULT_SLICE_S = 0.02
 # 20-21 and 17-19 s (13-14 s without pauses), the short calls' p95 102-107, 132-140 and 136-145 ms (145-149 ms).
 RUNNING_SHARE = 0.8
 
-# A running batch gives way only to calls whose next item has at most 1/GIVE_WAY of its largest item's tokens, and
-# only when they gain in all GIVE_WAY / 2 times the waiting its calls lose (see :func:`plan_pause`): a call left
-# to wait shares the next batch at little cost. With 2 instead of 4, 8 HTTP clients of short requests alone had a
-# p95 25% higher.
+# The give-way ratio of :func:`plan_pause`. With 2 instead of 4, 8 HTTP clients of short requests alone had a p95
+# 25% higher.
 GIVE_WAY = 4
 
 

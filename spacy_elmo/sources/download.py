@@ -7,11 +7,9 @@ checksums, so an interrupted, damaged or half-converted download is never used.
 
 Transfers go to ``<file>.part`` and continue from where they stopped on the next run (HTTP
 ``Range``); a file is renamed into place only once complete. Every network wait is bounded by
-``timeout`` seconds. Files fetched by hand elsewhere (a machine behind a firewall) are registered
-under their name through the same checks, conversion and manifest (``download(name, local=...)``,
-``python -m spacy_elmo download NAME --from PATH``). The cache folder is ``$SPACY_ELMO_CACHE`` if set, else
-``$XDG_CACHE_HOME/spacy-elmo`` or ``~/.cache/spacy-elmo``. Names are never downloaded implicitly:
-using one that is missing raises an error that gives the download command.
+``timeout`` seconds. The cache folder is ``$SPACY_ELMO_CACHE`` if set, else ``$XDG_CACHE_HOME/spacy-elmo`` or
+``~/.cache/spacy-elmo``. Files fetched by hand (:func:`download`'s ``local``), and why names are never downloaded
+implicitly: docs/models.md, "Downloads".
 """
 import hashlib
 import json

@@ -1,6 +1,4 @@
-"""The one loader of a biLM for every runtime: from its files, a downloaded model's name, the embedded model or saved
-bytes, onto a checked device, in one order. (Pretraining reads the files it is given with ``load_files``.)
-"""
+"""The one loader of a biLM for every runtime, :func:`load_encoder` (pretraining reads files with ``load_files``)."""
 import json
 from typing import NamedTuple, Optional, Union
 

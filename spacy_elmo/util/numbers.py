@@ -3,5 +3,4 @@ from typing import Any
 
 
 def is_number(value: Any) -> bool:
-    """Whether ``value`` is an int or a float and not a bool (``True`` would pass as 1 otherwise)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,9 +1,8 @@
 """AllenNLP 0.9's ``allennlp.commands.elmo`` module, as programs built on it read it (flair takes the default model's
 files from here): ``ElmoEmbedder``, ``DEFAULT_OPTIONS_FILE``, ``DEFAULT_WEIGHT_FILE`` and ``DEFAULT_BATCH_SIZE``.
 
-The two files are 0.9's: the URLs of the published ``original`` model. Given to ``ElmoEmbedder`` or ``Elmo`` they
-stand for that model, read from spacy-elmo's model cache once downloaded (``python -m spacy_elmo download
-original``); nothing is fetched on the fly.
+The two files are 0.9's URLs of the published ``original`` model, which stand for its download
+(:func:`~spacy_elmo.sources.resolve.published_name`).
 """
 from ...sources.catalog import CATALOG
 from ..embedder import DEFAULT_BATCH_SIZE, DEFAULT_MODEL, ElmoEmbedder
