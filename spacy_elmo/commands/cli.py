@@ -124,10 +124,8 @@ def list_models(
     elif only_downloaded:
         which = "" if match is None else f" matching {match!r}"
         typer.echo(f"No published model{which} is downloaded yet (python -m spacy_elmo download NAME).")
-    citations: List[str] = []
+    citations = list(dict.fromkeys(entry.citation for entry in published))
     for entry in published:
-        if entry.citation not in citations:
-            citations.append(entry.citation)
         mark = "*" if entry.name in present else " "
         typer.echo(
             f"{mark} {entry.name:16} {entry.description}\n    size: {entry.size}\n    data: {entry.training_data}\n"

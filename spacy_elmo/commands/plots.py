@@ -127,17 +127,13 @@ def plot_mixes(mixes: Sequence[LearnedMix], output: PathLike) -> None:
         bars = ax_w.bar(x + (layer - (n_layers - 1) / 2) * width, values, width, label=label)
         ax_w.bar_label(bars, fmt="%.2f", fontsize=6)
     ax_w.axhline(1.0 / n_layers, color="grey", linestyle="--", linewidth=1, label="equal weights")
-    rotation = 30 if len(mixes) > 3 else 0  # many components: slanted names do not overlap
-    ax_w.set_xticks(x)
-    ax_w.set_xticklabels([m.component for m in mixes], rotation=rotation, ha="right" if rotation else "center")
-    ax_w.set_ylabel("softmax layer weight")
-    ax_w.set_ylim(0, 1)
+    ax_w.set(ylabel="softmax layer weight", ylim=(0, 1), title="Learned ELMo layer weights")
     ax_w.legend(fontsize=7)
-    ax_w.set_title("Learned ELMo layer weights")
     ax_g.bar_label(ax_g.bar(x, [m.gamma for m in mixes], 0.6, color="grey"), fmt="%.2f", fontsize=7)
-    ax_g.set_xticks(x)
-    ax_g.set_xticklabels([m.component for m in mixes], rotation=rotation, ha="right" if rotation else "center")
     ax_g.set_title("gamma")
+    rotation = 30 if len(mixes) > 3 else 0  # many components: slanted names do not overlap
+    for ax in (ax_w, ax_g):
+        ax.set_xticks(x, [m.component for m in mixes], rotation=rotation, ha="right" if rotation else "center")
     _save(plt, fig, output)
 
 
@@ -149,17 +145,14 @@ def plot_pretrain(curves: PretrainCurves, output: PathLike) -> None:
     fig, (ax_loss, ax_ppl) = plt.subplots(1, 2, figsize=(10, 3.8))
     train, held_out = curves.train, curves.held_out
     ax_loss.plot(train["tokens_seen"], train["loss"], color="C0")
-    ax_loss.set_ylabel("training loss (nats per token)")
-    ax_loss.set_title("Training loss")
+    ax_loss.set(ylabel="training loss (nats per token)", title="Training loss")
     ax_ppl.plot(train["tokens_seen"], train["train_ppl"], color="C0", alpha=0.5, label="training")
     for key, color, style in (("forward_ppl", "C1", "--"), ("backward_ppl", "C2", ":"), ("average_ppl", "C3", "-")):
         ax_ppl.plot(
             held_out["tokens_seen"], held_out[key], marker="o", linestyle=style, color=color, markersize=3,
             label=f"held-out {key[:-4]}",
         )
-    ax_ppl.set_yscale("log")
-    ax_ppl.set_ylabel("perplexity")
-    ax_ppl.set_title("Perplexity")
+    ax_ppl.set(yscale="log", ylabel="perplexity", title="Perplexity")
     ax_ppl.legend(fontsize=8)
     for ax in (ax_loss, ax_ppl):
         ax.set_xlabel("tokens seen")
