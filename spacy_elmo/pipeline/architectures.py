@@ -1,14 +1,10 @@
 """The thinc model inside the ``elmo`` component: Docs in, all biLM layers of every token out.
 
-``spacy_elmo.ElmoBiLm.v2`` holds the biLM's settings, as spaCy's and spacy-transformers'
-architectures hold their models' hyper-parameters: which files (both ``options_file`` and
-``weight_file``, or neither for the model embedded for the pipeline's language), where the
-LSTMs start (``initial_state``, ``stateful``), how much goes through the biLM at once
-(``max_batch_tokens``, ``max_sentence_tokens``), the precision of its products (``precision``) and
-how many token vectors it keeps (``cache_size``). spaCy's config validation checks their types and values;
-the block becomes one :class:`~spacy_elmo.runtime.BiLmSettings`, owned by the model's :class:`ElmoShim`, which
-the model's owner completes with what is its own (:data:`OWNER_SETTINGS` and ``lang``) through
-:func:`configure_bilm_model`. Which settings are whose is declared in ``runtime/settings.py``.
+``spacy_elmo.ElmoBiLm.v2`` holds the biLM's settings (docs/api.md), as spaCy's and spacy-transformers' architectures
+hold their models' hyper-parameters; spaCy's config validation checks their types and values. The block becomes one
+:class:`~spacy_elmo.runtime.BiLmSettings`, owned by the model's :class:`ElmoShim`, which the model's owner completes
+with what is its own (:data:`OWNER_SETTINGS` and ``lang``) through :func:`configure_bilm_model`. Which settings are
+whose is declared in ``runtime/settings.py``.
 
 The biLM itself is an :class:`~spacy_elmo.runtime.ElmoRuntime` built by the shim from those settings, loaded lazily:
 by ``initialize()``, by ``from_bytes`` / ``from_disk``, or on the first call. Each Doc is cut into windows
@@ -20,6 +16,7 @@ The settings are not saved with the model's bytes: a saved pipeline's config hol
 over what was saved. A copy of the model (e.g. made by ``nlp.replace_listeners``) copies its shim, settings included,
 and keeps working on its own.
 """
+import difflib
 import functools
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -32,11 +29,11 @@ from thinc.types import Floats2d, Floats3d, FloatsXd
 
 from ..errors import ElmoPipelineError, ElmoSettingsError, ElmoWeightsError
 from ..runtime import BiLmSettings, ElmoRuntime, MixWeights
-from ..runtime.settings import BILM_BLOCK, COMPONENT, EMBEDDING, PIPELINE_DEFAULTS, settings_in
+from ..runtime.settings import BILM_BLOCK, COMPONENT, EMBEDDING, PIPELINE_DEFAULTS as DEFAULTS, settings_in
 from ..sources.download import resolve_model
 from ..util.windows import join_windows, windows_per_sequence
-from .config_types import CacheSize, InitialState, ModelSource, Precision, TokenCount, unknown_setting_error
-from .doc_windows import doc_windows, window_words
+from .config_types import CacheSize, InitialState, ModelSource, Precision, TokenCount, config_error
+from .doc_windows import doc_windows
 from .elmo_shim import ElmoShim
 from .layer_cache import LayerCache
 
@@ -54,7 +51,6 @@ LEGACY_SETTING_ATTRS = (
 LAYER_CACHE = "elmo_layer_cache"  # attr: the model's LayerCache of training sentences' layers (none: budget 0)
 
 DEFAULT_MODEL = {"@architectures": ARCHITECTURE}  # the config block of the default biLM model
-DEFAULTS = PIPELINE_DEFAULTS
 
 
 @registry.architectures(ARCHITECTURE)
@@ -117,15 +113,9 @@ def configure_bilm_model(model: Model, **changes: Any) -> None:
 
 
 def offer_replace_listeners(model: Model) -> None:
-    """Give ``Language.replace_listeners`` what it needs to swap a listener of ``model`` (the biLM model of an
-    ``elmo`` component) for a copy of it, with the model's settings as they stand: called whenever they change."""
-    model.attrs["replace_listener"] = replace_listener
+    """Give ``Language.replace_listeners``, which swaps a listener of ``model`` (an ``elmo`` component's biLM model)
+    for a copy of it, the copy's config block with the model's settings as they stand: called whenever they change."""
     model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, bilm_settings(model))
-
-
-def replace_listener(bilm_copy: Model, listener: Model, pipe: Any) -> Model:
-    """``Language.replace_listeners`` hook: the listener node becomes the copy of the component's biLM model."""
-    return bilm_copy
 
 
 def replace_listener_cfg(
@@ -153,11 +143,28 @@ def replace_listener_cfg(
 
 
 def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) -> None:
-    """Refuse, in one line saying where it belongs, a key among the settings ``owner`` (a component of the model,
-    whose own settings are ``own``) gives its model that is not one of :data:`OWNER_SETTINGS`."""
-    for key in keys:
-        if key not in OWNER_SETTINGS:
-            raise unknown_setting_error(key, owner, own, BILM_SETTINGS, ARCHITECTURE)
+    """Refuse, in one line, a key among the settings ``owner`` (a component of the model, whose own settings are
+    ``own``) gives its model that is not one of :data:`OWNER_SETTINGS`: where it belongs if it is one of the biLM's,
+    else the closest setting it may mean.
+
+    Only reached where spacy-elmo's code sees the key (``Elmo(...)`` built in Python): spaCy 3.8 checks a factory's
+    keys against its signature (confection's "unexpected argument") before calling it and offers no hook, so
+    ``nlp.add_pipe`` and ``spacy train`` report such a key themselves, naming it.
+    """
+    model = f"[components.{owner}.model] ({ARCHITECTURE})"
+    for key in (key for key in keys if key not in OWNER_SETTINGS):
+        if key in BILM_SETTINGS:
+            raise config_error(f"'{key}' is a setting of the biLM, not of the {owner!r} component: it belongs in {model}")
+        guess = difflib.get_close_matches(key, [*own, *BILM_SETTINGS], n=1)
+        if guess:
+            where = model if guess[0] in BILM_SETTINGS else f"[components.{owner}]"
+            raise config_error(
+                f"Unknown setting '{key}' for the {owner!r} component; did you mean '{guess[0]}'? It belongs in {where}"
+            )
+        raise config_error(
+            f"Unknown setting '{key}' for the {owner!r} component; it takes {', '.join(own)}, and its biLM, in "
+            f"{model}, {', '.join(BILM_SETTINGS)}"
+        )
 
 
 def layer_cache(model: Model) -> LayerCache:
@@ -254,8 +261,8 @@ def doc_mixes(model: Model, docs: Sequence[Doc], weights: MixWeights, spare_colu
 
 def _doc_segments(runtime: ElmoRuntime, docs: Sequence[Doc]) -> Tuple[List[List[str]], List[int]]:
     """The biLM inputs of ``docs`` (their windows' words) and how many belong to each Doc."""
-    windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
-    return window_words(docs, windows), windows_per_sequence(windows, len(docs))
+    windows, words = doc_windows(docs, runtime.settings.max_sentence_tokens)
+    return words, windows_per_sequence(windows, len(docs))
 
 
 def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], Callable]:
@@ -266,8 +273,8 @@ def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], 
     batch.
     """
     runtime = runtime_of(model)
-    windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
-    output = runtime.trained_layers(window_words(docs, windows))
+    windows, words = doc_windows(docs, runtime.settings.max_sentence_tokens)
+    output = runtime.trained_layers(words)
     outputs = join_windows(windows, torch2xp(output), len(docs))
 
     def backprop(d_outputs: List[FloatsXd]) -> List[Doc]:
@@ -281,8 +288,7 @@ def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], 
 def _cached_layers(model: Model, docs: Sequence[Doc]) -> List[Floats3d]:
     """Each Doc's layers, assembled from per-sentence layers kept in (or added to) the model's layer cache."""
     runtime, cache = runtime_of(model), layer_cache(model)
-    windows = doc_windows(docs, runtime.settings.max_sentence_tokens)
-    words = window_words(docs, windows)
+    windows, words = doc_windows(docs, runtime.settings.max_sentence_tokens)
     found = [cache.get(tuple(w)) for w in words]
     missing = [i for i, layers in enumerate(found) if layers is None]
     for i, layers in zip(missing, runtime.layers([words[i] for i in missing])):

@@ -99,12 +99,9 @@ class Elmo(TrainablePipe):
     The biLM and its settings (which files, start state, batching) are the ``model`` (``spacy_elmo.ElmoBiLm.v2``);
     the component's own biLM settings (``**bilm``: :data:`~spacy_elmo.pipeline.architectures.OWNER_SETTINGS`,
     ``frozen`` and how calls are served) complete them, with :class:`~spacy_elmo.runtime.BiLmSettings`' defaults.
-    The rest concerns Docs: ``mix`` gives ``Doc._.elmo`` when ``store_vectors``; ``store_layers`` keeps
-    ``Doc._.elmo_layers``; ``set_tensor`` keeps what is stored in ``doc.tensor``, where spaCy carries it with the
-    tokens (else in ``doc.user_data`` only, for whole Docs: ``doc_rows.py``); ``vector_hooks`` makes ``.vector`` /
-    ``.similarity`` read them (not in the workers of ``nlp.pipe(n_process > 1)``, whose Docs spaCy returns without
-    hooks); ``train_cache_mb`` bounds the layers kept of training sentences, ``listener_cache_mb`` those on their way
-    to the listeners at prediction (:class:`LayerHandoff`). docs/api.md ("The elmo factory") describes each.
+    The rest concern Docs (``doc_rows.py``, ``extensions.py``) and the layers kept of training sentences
+    (``train_cache_mb``) or for the listeners (``listener_cache_mb``, :class:`LayerHandoff`): docs/api.md ("The elmo
+    factory") describes each.
     """
 
     def __init__(

@@ -8,8 +8,7 @@ v1's constraints (``conint``, ``Field(ge=...)``) are not read by confection's ch
 number through. The same checks run when a component or architecture is built from Python, where they raise
 :class:`ElmoSettingsError`; the model checks read no file.
 """
-import difflib
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 from confection import ConfigValidationError
 
@@ -74,29 +73,6 @@ def check_config_setting(key: str, check: Callable[..., Any], *args: Any) -> Non
         check(*args)
     except ElmoError as err:
         raise config_error(f"{key}: {err}") from None
-
-
-def unknown_setting_error(key: str, component: str, own: Sequence[str], bilm: Sequence[str], architecture: str) -> ElmoConfigError:
-    """The one-line error for a setting ``key`` that ``component`` does not take: where it belongs if it is one of
-    the biLM's (``bilm``, in the ``model`` block of ``architecture``), else the closest setting it may mean.
-
-    Only reached where spacy-elmo's code sees the key (``Elmo(...)`` built in Python): spaCy 3.8 checks a factory's
-    keys against its signature (confection's "unexpected argument") before calling it and offers no hook, so
-    ``nlp.add_pipe`` and ``spacy train`` report such a key themselves, naming it.
-    """
-    model = f"[components.{component}.model] ({architecture})"
-    if key in bilm:
-        return config_error(f"'{key}' is a setting of the biLM, not of the {component!r} component: it belongs in {model}")
-    guess = difflib.get_close_matches(key, [*own, *bilm], n=1)
-    if guess:
-        where = model if guess[0] in bilm else f"[components.{component}]"
-        return config_error(
-            f"Unknown setting '{key}' for the {component!r} component; did you mean '{guess[0]}'? It belongs in {where}"
-        )
-    return config_error(
-        f"Unknown setting '{key}' for the {component!r} component; it takes {', '.join(own)}, and its biLM, in "
-        f"{model}, {', '.join(bilm)}"
-    )
 
 
 def setting_type(name: str, accepts: str, check: Callable[[Any], Any]) -> type:

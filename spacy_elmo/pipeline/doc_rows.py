@@ -78,8 +78,8 @@ def _into_tensor(
 ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
     """Write the block after the tensor's other columns; the rows as views of the new tensor. Vectors alone that
     are the first columns of an array of the block's width (``SPARE_COLUMNS``) become the tensor, uncopied."""
-    earlier = _earlier_columns(doc) if getattr(doc.tensor, "size", 0) else None
-    n, start = len(doc), 0 if earlier is None else earlier.shape[1]
+    earlier = _earlier_columns(doc)
+    n, start = len(doc), earlier.shape[1]
     base = getattr(vectors, "base", None)
     if not start and layers is None and _first_columns_of(vectors, base, block.columns):
         base[:, -1] = block.mark

@@ -7,15 +7,12 @@ from spacy.tokens import Doc
 from ..util.windows import Window, cut_windows, window_tokens
 
 
-def doc_windows(docs: Sequence[Doc], max_sentence_tokens: int) -> List[Window]:
-    """The windows of each Doc's sentences (of the whole Doc without sentence boundaries), Doc after Doc."""
-    return cut_windows([_sentence_spans(doc) for doc in docs], max_sentence_tokens)
+def doc_windows(docs: Sequence[Doc], max_sentence_tokens: int) -> Tuple[List[Window], List[List[str]]]:
+    """The windows of each Doc's sentences (of the whole Doc without sentence boundaries), Doc after Doc, and the
+    token texts of each."""
+    windows = cut_windows([_sentence_spans(doc) for doc in docs], max_sentence_tokens)
+    return windows, window_tokens([[token.text for token in doc] for doc in docs], windows)
 
 
 def _sentence_spans(doc: Doc) -> List[Tuple[int, int]]:
     return [(s.start, s.end) for s in doc.sents] if doc.has_annotation("SENT_START") else [(0, len(doc))]
-
-
-def window_words(docs: Sequence[Doc], windows: Sequence[Window]) -> List[List[str]]:
-    """The token texts of each window."""
-    return window_tokens([[token.text for token in doc] for doc in docs], windows)

@@ -1,5 +1,4 @@
-"""The thinc shim that holds the biLM of the ``elmo`` component and its settings: the biLM saved as JSON options and
-hdf5 weights, never pickled; the settings never saved (the config holds them)."""
+"""The thinc shim that holds the ``elmo`` component's biLM and its settings (which the config holds: never saved)."""
 import contextlib
 import hashlib
 import json

@@ -13,9 +13,6 @@ The similarity hooks (``vector_hooks``, on by default) make spaCy's ``.vector`` 
 ``Doc._.elmo`` (spaCy's own ``Token.similarity`` is 1.0 for two uses of the same word whatever their vectors). Hooks
 are functions, which spaCy drops whenever it rebuilds a Doc from bytes (``nlp.pipe(n_process > 1)``,
 ``DocBin.get_docs``, ``Doc.from_bytes``) or joins Docs; :func:`with_vector_hooks` puts them back.
-
-:func:`tensor_use` tells the components that would undo the rows in ``doc.tensor`` (spaCy's ``tok2vec``, which
-replaces it, and its listeners, which read it whole); the component refuses to come before them.
 """
 import multiprocessing
 from typing import Any, Iterable, Iterator, Optional, Sequence, TypeVar, Union, overload
@@ -34,14 +31,10 @@ from .doc_rows import LAYERS, VECTORS, Rows, doc_rows, token_vector
 
 def install_extensions() -> None:
     """Register the ``._.elmo`` / ``._.elmo_layers`` attributes (once; existing ones are left alone)."""
-    if not Doc.has_extension("elmo"):
-        Doc.set_extension("elmo", getter=doc_elmo)
-    if not Doc.has_extension("elmo_layers"):
-        Doc.set_extension("elmo_layers", getter=doc_elmo_layers)
-    if not Token.has_extension("elmo"):
-        Token.set_extension("elmo", getter=token_vector)
-    if not Span.has_extension("elmo"):
-        Span.set_extension("elmo", getter=span_elmo)
+    for owner, name, getter in [(Doc, "elmo", doc_elmo), (Doc, "elmo_layers", doc_elmo_layers),
+                                (Token, "elmo", token_vector), (Span, "elmo", span_elmo)]:
+        if not owner.has_extension(name):
+            owner.set_extension(name, getter=getter)
 
 
 def doc_elmo(doc: Doc) -> Optional[Floats2d]:

@@ -103,7 +103,7 @@ class LayerHandoff:
             for doc, doc_layers in zip(docs, layers):
                 self._held.pop(id(doc), None)
                 self._held[id(doc)] = _Held(weakref.ref(doc), doc_layers, token_table(doc), thread, set(self._readers))
-            total = sum(held.layers.nbytes for held in self._held.values())
+            total = self.nbytes
             while total > self.max_bytes:
                 total -= self._held.popitem(last=False)[1].layers.nbytes
 
@@ -119,14 +119,6 @@ class LayerHandoff:
                 return None
             self._taken(id(doc), reader)
         return held.layers if np.array_equal(held.tokens, token_table(doc)) else None
-
-    def release(self, doc: Doc, reader: int) -> None:
-        """The listener node with id ``reader`` got ``doc``'s layers another way (a training batch): stop waiting."""
-        with self._lock:
-            self._readers.add(reader)
-            held = self._held.get(id(doc))
-            if held is not None and held.doc() is doc:
-                self._taken(id(doc), reader)
 
     def _taken(self, doc_id: int, reader: int) -> None:
         held = self._held[doc_id]

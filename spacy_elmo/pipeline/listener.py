@@ -7,14 +7,10 @@ weights. It is a plain thinc ``Model`` whose listening state is in its attrs (:d
 :data:`STATE`), as spacy-curated-transformers keeps its listeners' state: ``Model.copy()`` rebuilds
 every node as a plain ``Model``, so state kept on a subclass would be lost on the copy.
 
-During training the ``elmo`` component's ``update`` hands every listener the batch's layers
-with a backprop callback (:func:`send_training_batch`: :func:`frozen_backprop` when the biLM is frozen, else one
-that sums the listeners' gradients for the biLM's backward pass). At prediction,
-and when the ``elmo`` component is frozen but annotating, each Doc's layers come from the
-component's :class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, else from ``Doc._.elmo_layers``
-(``store_layers``); a Doc the component annotated whose layers are in neither (let go, or its tokens changed since)
-goes through the biLM again, from the biLM's initial state, with one warning; a Doc no ``elmo`` component annotated
-reads zeros, with one warning.
+During training the ``elmo`` component's ``update`` hands every listener the batch's layers and their backprop
+(:func:`send_training_batch`). Otherwise a listener reads each Doc's layers (:func:`read_layers`: from the component's
+:class:`~spacy_elmo.pipeline.handoff.LayerHandoff`, ``Doc._.elmo_layers`` or the biLM again), and zeros, with one
+warning, for a Doc no ``elmo`` component annotated.
 
 A copy of a listening model (``model.copy()``, ``copy.deepcopy``, pickle) is a listener of the same
 upstream with nothing in flight and no links: the ``elmo`` component links it, as any listener, when
@@ -78,9 +74,6 @@ class ListenerState:
         self.handoffs: List[LayerHandoff] = []
         self.warned: Set[str] = set()  # the warnings given (NOT_RUN, RUN_AGAIN): each once
         self.samples: "weakref.WeakSet[Doc]" = weakref.WeakSet()  # Docs of thinc's shape inference: no warning
-
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "ListenerState":
-        return ListenerState()
 
     def __reduce__(self) -> Tuple[type, Tuple]:
         return ListenerState, ()
@@ -167,9 +160,10 @@ def unlink(node: Model, handoff: LayerHandoff) -> None:
 
 
 def release_layers(node: Model, doc: Doc) -> None:
-    """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread."""
+    """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread (it got them another way:
+    a training batch)."""
     for handoff in listener_state(node).handoffs:
-        handoff.release(doc, node.id)
+        handoff.take(doc, node.id)
 
 
 def read_layers(node: Model, docs: List[Doc]) -> List[Optional[Floats3d]]:

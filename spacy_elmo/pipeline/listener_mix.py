@@ -12,7 +12,6 @@ from spacy.tokens import Doc
 from thinc.api import Model, torch2xp, xp2torch
 from thinc.types import Floats2d, Floats3d
 
-from ..errors import ElmoPipelineError
 from ..model.learned_mix import learned_mix
 from .architectures import frozen_backprop
 from .config_types import check_dropout, check_l2
@@ -42,12 +41,7 @@ def build_listener_mix(
 
 def _init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
     source = model.layers[0]
-    source.initialize(X=X)
-    if not (source.has_dim("nL") and source.has_dim("nO")):
-        raise ElmoPipelineError(
-            "The ELMo listener does not know the biLM's size: put an 'elmo' component before this component in "
-            "the pipeline (its name must match the listener's 'upstream', or use '*') and call nlp.initialize()"
-        )
+    source.initialize(X=X)  # a listener node's, or the biLM's, init sets nL and nO, or raises
     n_layers = source.get_dim("nL")
     model.set_dim("nL", n_layers)
     model.set_dim("nO", source.get_dim("nO"))

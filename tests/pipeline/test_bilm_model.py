@@ -17,10 +17,12 @@ def test_segments_follow_sentences_then_windows():
     plain = Doc(vocab, words=list("abcdefg"))
     sentenced = Doc(vocab, words=list("abcdefg"), sent_starts=[True, False, False, False, False, True, False])
     empty = Doc(vocab, words=[])
-    assert doc_windows([plain, empty, sentenced], 3) == [
+    windows, words = doc_windows([plain, empty, sentenced], 3)
+    assert windows == [
         Window(0, 0, 3), Window(0, 3, 6), Window(0, 6, 7),
         Window(2, 0, 3), Window(2, 3, 5), Window(2, 5, 7),
     ]  # fmt: skip
+    assert words[:2] == [list("abc"), list("def")] and words[4] == list("de")
 
 
 def test_stateful_mode_carries_state_like_the_embedder():
