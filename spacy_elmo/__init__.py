@@ -8,15 +8,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, List
 
 from .about import __version__
-from .errors import (
-    ElmoError,
-    ElmoListenerWarning,
-    ElmoOptionsError,
-    ElmoPipelineError,
-    ElmoSettingsError,
-    ElmoWeightsError,
-    TokenTruncationWarning,
-)
+from .errors import (ElmoError, ElmoListenerWarning, ElmoOptionsError, ElmoPipelineError, ElmoSettingsError,
+                     ElmoWeightsError, TokenTruncationWarning)
 
 if TYPE_CHECKING:  # what type checkers see: the lazy names below, with their real types (py.typed ships)
     from .embedder import ElmoEmbedder
@@ -36,21 +29,9 @@ _LAZY = {
 }
 
 __all__ = [
-    "__version__",
-    "CallCancelled",
-    "CancelHandle",
-    "Elmo",
-    "ElmoEmbedder",
-    "ElmoError",
-    "ElmoListenerWarning",
-    "ElmoOptions",
-    "ElmoOptionsError",
-    "ElmoPipelineError",
-    "ElmoSettingsError",
-    "ElmoWeightsError",
-    "TokenTruncationWarning",
-    "install_vector_hooks",
-    "with_vector_hooks",
+    "__version__", "CallCancelled", "CancelHandle", "Elmo", "ElmoEmbedder", "ElmoError", "ElmoListenerWarning",
+    "ElmoOptions", "ElmoOptionsError", "ElmoPipelineError", "ElmoSettingsError", "ElmoWeightsError",
+    "TokenTruncationWarning", "install_vector_hooks", "with_vector_hooks",
 ]
 
 
