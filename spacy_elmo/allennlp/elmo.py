@@ -65,7 +65,7 @@ def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
     Each token is its UTF-8 bytes (the first 48) + 1, framed by begin/end-of-word ids and padded; the literal
     tokens ``<S>`` and ``</S>`` become the sentence-boundary patterns. Positions past a sentence's end are 0.
     """
-    sentences = [] if isinstance(batch, str) else [sentence for sentence in batch]
+    sentences = [] if isinstance(batch, str) else list(batch)
     if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in sentences):
         found = "a str" if isinstance(batch, str) else "a str as a sentence"
         raise ElmoSettingsError(
@@ -75,8 +75,7 @@ def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
     width = max((len(sentence) for sentence in sentences), default=0)
     ids = np.zeros((len(sentences), width, MAX_CHARACTERS), dtype=np.int64)
     for row, sentence in enumerate(sentences):
-        if sentence:
-            ids[row, : len(sentence)] = tokens_to_ids(sentence, MAX_CHARACTERS)
+        ids[row, : len(sentence)] = tokens_to_ids(sentence, MAX_CHARACTERS)
     return torch.from_numpy(ids)
 
 
@@ -272,16 +271,6 @@ def _in_cache(word_inputs: torch.Tensor, inputs: torch.Tensor, word_vectors: tor
     return bool(((word_inputs >= 0) & (word_inputs < word_vectors.shape[0])).all())
 
 
-def _check_mix_parameters(scalar_mix_parameters: Optional[Sequence[float]], num_layers: int) -> None:
-    """Refuse, naming ``Elmo``'s argument, fixed mix weights that are not one per biLM layer (ScalarMix would name
-    its own)."""
-    if scalar_mix_parameters is not None and len(scalar_mix_parameters) != num_layers:
-        raise ElmoSettingsError(
-            f"scalar_mix_parameters gives {len(scalar_mix_parameters)} weights, but the biLM has {num_layers} "
-            f"layers; give one weight per layer"
-        )
-
-
 class Elmo(nn.Module):
     """ELMo representations as AllenNLP's ``Elmo``: the biLM run once, ``num_output_representations`` scalar mixes
     of its layers.
@@ -335,10 +324,15 @@ class Elmo(nn.Module):
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
         self._scalar_mixes: List[ScalarMix] = []
-        _check_mix_parameters(scalar_mix_parameters, self._elmo_lstm.num_layers)
+        num_layers = self._elmo_lstm.num_layers
+        if scalar_mix_parameters is not None and len(scalar_mix_parameters) != num_layers:
+            raise ElmoSettingsError(  # naming Elmo's argument (ScalarMix would name its own)
+                f"scalar_mix_parameters gives {len(scalar_mix_parameters)} weights, but the biLM has {num_layers} "
+                f"layers; give one weight per layer"
+            )
         for k in range(num_output_representations):
             mix = ScalarMix(
-                self._elmo_lstm.num_layers,
+                num_layers,
                 do_layer_norm=do_layer_norm,
                 initial_scalar_parameters=scalar_mix_parameters,
                 trainable=scalar_mix_parameters is None,

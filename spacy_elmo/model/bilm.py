@@ -41,11 +41,8 @@ class BiLmState:
 
     @classmethod
     def zeros(cls, options: ElmoOptions, rows: int, like: torch.Tensor) -> "BiLmState":
-        n = options.n_layers
-        return cls(
-            h=like.new_zeros(n, 2, rows, options.projection_dim),
-            c=like.new_zeros(n, 2, rows, options.lstm_dim),
-        )
+        shape = (options.n_layers, 2, rows)
+        return cls(like.new_zeros(*shape, options.projection_dim), like.new_zeros(*shape, options.lstm_dim))
 
     @property
     def rows(self) -> int:

@@ -55,9 +55,7 @@ def token_to_ids(token: str, max_chars: int = 50) -> np.ndarray:
 def tokens_to_ids(tokens: Iterable[str], max_chars: int = 50) -> np.ndarray:
     """Character ids of several tokens, shape ``(n_tokens, max_chars)``."""
     rows = [token_to_ids(t, max_chars) for t in tokens]
-    if not rows:
-        return np.zeros((0, max_chars), dtype=np.int64)
-    return np.stack(rows)
+    return np.stack(rows) if rows else np.zeros((0, max_chars), dtype=np.int64)
 
 
 class TokenBatch:
@@ -73,16 +71,9 @@ class TokenBatch:
         table: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
         self.lengths = np.array([len(s) + 2 for s in sentences], dtype=np.int64)
         width = int(self.lengths.max()) if len(sentences) else 2
-        rows: List[List[int]] = []
-        for sentence in sentences:
-            row = [0]
-            for token in sentence:
-                row.append(table.setdefault(token, len(table)))
-            row.append(1)
-            rows.append(row)
+        rows = [[0, *[table.setdefault(token, len(table)) for token in sentence], 1] for sentence in sentences]
         self.types: List[str] = list(table)
-        pad = len(self.types)
-        self.index = np.full((len(sentences), width), pad, dtype=np.int64)
+        self.index = np.full((len(sentences), width), len(self.types), dtype=np.int64)
         for b, row in enumerate(rows):
             self.index[b, : len(row)] = row
 

@@ -86,8 +86,7 @@ class ElmoEncoder(nn.Module):
     def set_cache_size(self, cache_size: int) -> None:
         """Keep up to ``cache_size`` token vectors (0: no cache); an existing cache is emptied."""
         check_cache_size(cache_size)
-        dim = self.bilm.options.projection_dim
-        self.cache = TokenCache(cache_size, dim, device=self.device) if cache_size > 0 else None
+        self.cache = TokenCache(cache_size, self.options.projection_dim, device=self.device) if cache_size > 0 else None
 
     def _apply(self, fn, *args, **kwargs):  # moving the module moves the cache and forgets the warm state
         result = super()._apply(fn, *args, **kwargs)
@@ -112,19 +111,17 @@ class ElmoEncoder(nn.Module):
 
     def token_vectors(self, types: Sequence[str]) -> torch.Tensor:
         """Context-free vectors of distinct tokens, ``(len(types), projection_dim)``."""
-        max_chars = self.options.max_characters_per_token
-        use_cache = self.cache is not None and not (torch.is_grad_enabled() and self.bilm.w_proj.requires_grad)
-        if not use_cache:
-            return self.bilm.token_layer(*self._ids(types, max_chars))
-        return self.cache.vectors_of(types, lambda new: self.bilm.token_layer(*self._ids(new, max_chars)))
+        if self.cache is None or (torch.is_grad_enabled() and self.bilm.w_proj.requires_grad):
+            return self._token_layer(types)
+        return self.cache.vectors_of(types, self._token_layer)
 
-    def _ids(self, types: Sequence[str], max_chars: int) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Character ids (and word ids, for models with words) of ``types`` on the model's device."""
+    def _token_layer(self, types: Sequence[str]) -> torch.Tensor:
+        """The token layer of ``types``, from their character ids (and word ids, for models with words)."""
         if not self._truncation_reported and self.options.char_vocabulary is None:
-            self._report_truncation(types, max_chars)
+            self._report_truncation(types, self.options.max_characters_per_token)
         char_ids, word_ids = self._token_ids(types)
         words = None if word_ids is None else torch.from_numpy(word_ids).to(self.device)
-        return torch.from_numpy(char_ids).to(self.device), words
+        return self.bilm.token_layer(torch.from_numpy(char_ids).to(self.device), words)
 
     def _report_truncation(self, types: Sequence[str], max_chars: int) -> None:
         """Warn, once per encoder, that a token is longer than the model reads (a limit in bytes, not characters)."""
@@ -151,10 +148,7 @@ class ElmoEncoder(nn.Module):
             raise ElmoSettingsError("This encoder has no token cache; create it with cache_size > 0")
         words = iter(words)
         with torch.inference_mode():
-            while not self.cache.full:
-                batch = list(itertools.islice(words, batch_size))
-                if not batch:
-                    break
+            while not self.cache.full and (batch := list(itertools.islice(words, batch_size))):
                 self.token_vectors(batch)
 
     def start_state(self, rows: int, stateful: bool = False) -> BiLmState:

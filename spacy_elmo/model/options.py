@@ -287,8 +287,7 @@ def _get(data: Dict[str, Any], key: str, kind: type, source: str, default: Any =
             raise ElmoOptionsError(f"{source}: missing required key {key!r}")
         return default
     value = data[key]
-    ok = _is_int(value) if kind is int else isinstance(value, kind)
-    if not ok:
+    if not (_is_int(value) if kind is int else isinstance(value, kind)):
         raise ElmoOptionsError(f"{source}: {key!r} must be {kind.__name__}, found {value!r}")
     return value
 
@@ -306,12 +305,7 @@ def preset(name: str) -> ElmoOptions:
         "small": ElmoOptions(lstm_dim=1024, projection_dim=128, n_highway=1),
         "medium": ElmoOptions(lstm_dim=2048, projection_dim=256, n_highway=1),
         "original": ElmoOptions(lstm_dim=4096, projection_dim=512, n_highway=2),
-        "tiny": ElmoOptions(
-            lstm_dim=512,
-            projection_dim=128,
-            n_highway=1,
-            filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256)),
-        ),
+        "tiny": ElmoOptions(lstm_dim=512, projection_dim=128, n_highway=1, filters=PUBLISHED_FILTERS[:5]),
     }
     if name not in presets:
         raise ElmoOptionsError(f"Unknown ELMo preset {name!r}; choose one of {sorted(presets)}")

@@ -45,8 +45,7 @@ class SegmentEncoder(nn.Module):
         batch has run, so an interrupted one leaves it as it was.
         """
         carry = self.stateful if carry is None else carry
-        lengths = np.array([len(s) for s in segments], dtype=np.int64)
-        starts = np.concatenate(([0], np.cumsum(lengths)))
+        starts = np.concatenate(([0], np.cumsum([len(s) for s in segments], dtype=np.int64)))
         n, like, dim = int(starts[-1]), self.encoder.bilm.w_proj, self.options.projection_dim
         out = LayerOutput(like, self.options.n_output_layers, n, dim, zeros=False) if mix is None else MixOutput(like, mix, n, dim)
         initial = self.carried.start(self.encoder, len(segments)) if carry else None

@@ -79,8 +79,7 @@ class TokenCache:
             start = len(self.slots)
             rows = torch.tensor([i for _, i in new], device=vectors.device)
             self.vectors[start : start + len(new)] = vectors.index_select(0, rows).detach().to(self.vectors.device)
-            for k, (t, _) in enumerate(new):
-                self.slots[t] = start + k
+            self.slots.update((t, start + k) for k, (t, _) in enumerate(new))
 
     def clear(self) -> None:
         with self._lock:

@@ -33,12 +33,8 @@ class TokenIds:
             table = self.vocabulary
             self.char_index = {c: i + 1 for c, i in _index(table["characters"]).items()}
             self.pad_char = self.char_index[table["padding"]]
-            self._boundaries = {
-                BOS_TOKEN: table["begin_of_sentence"],
-                EOS_TOKEN: table["end_of_sentence"],
-                table["begin_of_sentence"]: table["begin_of_sentence"],
-                table["end_of_sentence"]: table["end_of_sentence"],
-            }
+            bos, eos = table["begin_of_sentence"], table["end_of_sentence"]
+            self._boundaries = {BOS_TOKEN: bos, EOS_TOKEN: eos, bos: bos, eos: eos}
         else:
             self.pad_char = PAD_CHAR
         if self.words is not None:

@@ -70,8 +70,7 @@ class ElmoRuntime:
         cls, settings: BiLmSettings, device: Union[str, torch.device, None] = None, saved: Optional[SavedBiLm] = None
     ) -> "ElmoRuntime":
         """A runtime of the biLM :func:`~spacy_elmo.sources.load.load_encoder` reads for ``settings`` or ``saved``."""
-        encoder = load_encoder(settings.options_file, settings.weight_file, settings.lang, device, saved)
-        return cls(encoder, settings)
+        return cls(load_encoder(settings.options_file, settings.weight_file, settings.lang, device, saved), settings)
 
     @property
     def options(self) -> ElmoOptions:
@@ -254,10 +253,9 @@ class ElmoRuntime:
 
     def _mix_tensor(self, weights: MixWeights) -> torch.Tensor:
         """The mix weights on the biLM's device, made once per mix."""
-        tensor = self._mixes.get(weights)
-        if tensor is None:
-            tensor = self._mixes[weights] = torch.tensor(weights, dtype=torch.float32, device=self.device)
-        return tensor
+        if weights not in self._mixes:
+            self._mixes[weights] = torch.tensor(weights, dtype=torch.float32, device=self.device)
+        return self._mixes[weights]
 
     # --- state and cache ---
 

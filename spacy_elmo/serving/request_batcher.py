@@ -160,8 +160,8 @@ class RequestBatcher:
     def _step(self, request: _Request) -> bool:
         """Wait until ``request`` is done (False) or this thread may lead, then run one batch and commit it (True)."""
         with self._ready:
-            while not request.done and not self._may_lead(request):
-                self._ready.wait()
+            while not request.done and (self._leader is not None or not self._open_to(request)):
+                self._ready.wait()  # until nobody leads and this thread may run the next batch
             if request.done:
                 return False
             self._leader = request
@@ -197,11 +197,10 @@ class RequestBatcher:
         current = self._in_progress
         if current is None or current.thread != threading.get_ident() or time.monotonic() < current.due:
             return
-        abandoned = all(call.done for call in current.calls)
-        if current.seen == self._arrivals and not abandoned:
-            return  # no call arrived since the last look: no need of the lock
-        if abandoned:
+        if all(call.done for call in current.calls):
             raise _Abandoned()
+        if current.seen == self._arrivals:
+            return  # no call arrived since the last look: no need of the lock
         with self._ready:
             current.seen = self._arrivals
             policy = self.policy
@@ -225,10 +224,6 @@ class RequestBatcher:
         """The shares ``plan`` names, as calls and ranges of their items; nothing is marked. Under the lock."""
         calls: Dict[int, _Request] = {call.key: call for call in self._queue}
         return [(calls[key], calls[key].next, calls[key].next + count) for key, count in plan.shares]
-
-    def _may_lead(self, request: _Request) -> bool:
-        """Nobody leads, and ``request``'s thread may run the next batch."""
-        return self._leader is None and self._open_to(request)
 
     def _open_to(self, request: _Request) -> bool:
         """The next batch is not another thread's ``merge=False`` call, which only its own caller runs (``request`` is

@@ -234,9 +234,7 @@ def after_failure(plan: Plan) -> Tuple[Plan, ...]:
     """What runs again after ``plan``'s batch raised an error: each share alone, so that each call gets its results
     or the error its own items raise; nothing after a batch of one share (the error is its call's, and a call that
     fails is done: its items not yet run never run)."""
-    if len(plan.shares) == 1:
-        return ()
-    return tuple(Plan((share,), plan.turns) for share in plan.shares)
+    return () if len(plan.shares) == 1 else tuple(Plan((share,), plan.turns) for share in plan.shares)
 
 
 def longest_first(tokens: Sequence[int]) -> List[int]:
@@ -255,7 +253,6 @@ def lone_batches(tokens: Sequence[int], max_batch_tokens: int) -> List[List[int]
     while at < len(order):
         # a batch holds at most max_batch_tokens items: the scheduler needs to see no more
         plan = plan_batch([Waiting(0, [tokens[i] for i in order[at : at + max_batch_tokens]])], Turns(), policy, 0.0)
-        count = plan.shares[0][1]
-        batches.append(order[at : at + count])
-        at += count
+        batches.append(order[at : at + plan.shares[0][1]])
+        at += len(batches[-1])
     return batches
