@@ -1,7 +1,7 @@
 """``python -m spacy_elmo``: commands in spaCy's CLI style (config file + dotted overrides)."""
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import typer
 
@@ -190,11 +190,10 @@ def pretrain(
     with user_errors():
         config, raw = load_config(config_path, overrides)
     try:
-        with user_errors():
-            with Trainer(config, raw, output_dir) as trainer:  # under torchrun, leaving it ends the process group
-                if trainer.rank == 0:
-                    typer.echo(f"Training in {trainer.precision} on {trainer.device} ({trainer.precision_reason})")
-                result = trainer.run(progress=not quiet)
+        with user_errors(), Trainer(config, raw, output_dir) as trainer:  # torchrun: leaving it ends the process group
+            if trainer.rank == 0:
+                typer.echo(f"Training in {trainer.precision} on {trainer.device} ({trainer.precision_reason})")
+            result = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
         typer.echo(f"Interrupted: checkpoint saved in {output_dir}; run the same command to resume.", err=True)
         raise typer.Exit(130)
@@ -254,7 +253,10 @@ def embed(
             from .embed import EmbedSettings, bilm_settings, embed_file
             from ..model.devices import check_device
 
-            _option("--device", check_device, resolve_device(device))
+            try:
+                check_device(resolve_device(device))
+            except ElmoSettingsError as err:  # it names no option
+                raise ElmoSettingsError(f"--device: {err}") from None
             bilm = bilm_settings(
                 {
                     "--options": options_file,
@@ -283,14 +285,6 @@ def embed(
     else:  # resumed: the others were written by an earlier run
         this_run = f"{result.lines_written:,} lines and {result.tokens_written:,} tokens in this run"
         typer.echo(f"Done: {result.lines_total:,} lines ({this_run}) → {output}")
-
-
-def _option(option: str, check: Callable[[str], Any], value: str) -> None:
-    """``check(value)``, its settings error (which names no option) named after the command line's ``option``."""
-    try:
-        check(value)
-    except ElmoSettingsError as err:
-        raise ElmoSettingsError(f"{option}: {err}") from None
 
 
 def _parse_weights(text: Optional[str]) -> Optional[Tuple[float, ...]]:
@@ -332,8 +326,7 @@ def plot_pretrain(
     """Plot a pretraining run's training loss and perplexity, and held-out perplexities, against tokens seen."""
     with user_errors():
         check_output_path(output, "Output", PlotError)
-        from .plots import plot_pretrain as draw
-        from .plots import pretrain_curves
+        from .plots import plot_pretrain as draw, pretrain_curves
 
         draw(pretrain_curves(run), output)
     typer.echo(f"Wrote {output}")

@@ -27,6 +27,7 @@ on it (rare bytes included) the vectors of the models above stay below 51 (en_gu
 layer; the others below 12), and :data:`MAX_ABS_OUTPUT` allows some 2000 times that.
 """
 import io
+from itertools import count
 from pathlib import Path
 from typing import BinaryIO, Callable, Dict, NamedTuple, Optional, Tuple, Union
 
@@ -105,10 +106,7 @@ def _shapes(f: h5py.File) -> Dict[str, Tuple[int, ...]]:
 
 def _count(shapes: Dict[str, Tuple[int, ...]], pattern: str) -> int:
     """How many of ``pattern.format(0)``, ``pattern.format(1)``, ... are datasets, in a row from 0."""
-    n = 0
-    while pattern.format(n) in shapes:
-        n += 1
-    return n
+    return next(n for n in count() if pattern.format(n) not in shapes)
 
 
 def _settings(shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, object]:
@@ -286,13 +284,11 @@ def write_weights(model: BiLm, target: Source, dtype: str = "float32") -> None:
 def storage_dtype(model: BiLm) -> str:
     """The dtype to save ``model``'s weights in: float16 if they came from a float16 file and are still float16
     values (not fine-tuned since), so a saved pipeline is no larger than its weight file; else float32 (exact)."""
-    if model.weights_dtype != "float16":
-        return "float32"
-    for entry in layout(model.options).values():
-        weights = entry.get(model)
-        if not torch.equal(weights.to(torch.float16).to(weights.dtype), weights):
-            return "float32"
-    return "float16"
+    if model.weights_dtype == "float16":
+        weights = (entry.get(model) for entry in layout(model.options).values())
+        if all(torch.equal(w.to(torch.float16).to(w.dtype), w) for w in weights):
+            return "float16"
+    return "float32"
 
 
 def weights_to_bytes(model: BiLm, dtype: str = "float32") -> bytes:

@@ -256,19 +256,14 @@ class Trainer:
         self.model = BiLanguageModel(
             config.options(), self.vocab, config.objective.cutoffs, config.objective.div_value, training.dropout
         ).to(self.device)
-        if initial.model is not None:
-            self.model.load_state_dict(initial.model)
-        if initial.bilm is not None:
-            self.model.bilm.load_state_dict(initial.bilm)
-        if initial.softmax is not None:
-            self.model.softmax.load_state_dict(initial.softmax)
+        for module, state in zip((self.model, self.model.bilm, self.model.softmax), initial):  # model, bilm, softmax
+            if state is not None:
+                module.load_state_dict(state)
         self.ddp: torch.nn.Module = self.model
         if self.world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
         self.optimizer = _optimizer(self.model, training)
-        self.step = 0
-        self.tokens_seen = 0
-        self.elapsed = 0.0
+        self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
         if resuming:
             self._load_checkpoint()
 
@@ -296,24 +291,19 @@ class Trainer:
         barrier). A group the caller started is the caller's to end; this trainer's wrapper lets go of it all the same.
         """
         self.ddp = self.model
-        if not self._owns_group:
-            return
-        dist.destroy_process_group()
-        self._owns_group = False
+        if self._owns_group:
+            dist.destroy_process_group()
+            self._owns_group = False
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def _gathered_streams(self) -> List[Dict[str, Any]]:
-        state = self.stream.state_dict()
-        if not dist.is_initialized():
-            return [state]
-        states: List[Any] = [None] * self.world
-        dist.all_gather_object(states, state)
-        return states
-
     def save_checkpoint(self) -> None:
         """Write the weights export and then the training state, each atomically."""
-        streams = self._gathered_streams()
+        stream = self.stream.state_dict()
+        streams: List[Any] = [stream]
+        if dist.is_initialized():
+            streams = [None] * self.world
+            dist.all_gather_object(streams, stream)
         if self.rank == 0:
             save_files(self.model.bilm, self.output_dir / "options.json", self.output_dir / "weights.hdf5")
             state = {

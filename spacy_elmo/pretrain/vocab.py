@@ -1,5 +1,6 @@
 """The word vocabulary the language model predicts: the most frequent training tokens."""
 from collections import Counter
+from itertools import chain, islice
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -18,6 +19,8 @@ class Vocab:
     ``<UNK>`` is only ever a target: the biLM reads every word through its characters.
     """
 
+    unk = 2  # the id of <UNK>
+
     def __init__(self, words: Sequence[str]):
         if tuple(words[:3]) != SPECIALS:
             raise VocabularyError(f"A vocabulary must start with {SPECIALS}, found {tuple(words[:3])}")
@@ -27,19 +30,13 @@ class Vocab:
     def __len__(self) -> int:
         return len(self.words)
 
-    @property
-    def unk(self) -> int:
-        return 2
-
     def encode(self, tokens: Iterable[str]) -> List[int]:
         return [self.ids.get(t, self.unk) for t in tokens]
 
     @classmethod
     def build(cls, sentences: Iterable[Sequence[str]], size: int) -> "Vocab":
         """The ``size - 3`` most frequent tokens (ties broken by first occurrence) plus the specials."""
-        counts: Counter = Counter()
-        for sentence in sentences:
-            counts.update(sentence)
+        counts = Counter(chain.from_iterable(sentences))
         for special in SPECIALS:
             counts.pop(special, None)
         return cls(list(SPECIALS) + [w for w, _ in counts.most_common(max(0, size - 3))])
@@ -59,7 +56,5 @@ def count_sentences(
     per_file = None if max_lines is None else max(1, max_lines // len(files))
     for path in files:
         with open_text(path) as f:
-            for n, line in enumerate(f):
-                if per_file is not None and n >= per_file:
-                    break
+            for line in islice(f, per_file):
                 yield from split_long(tokenize(line.strip()), max_tokens)

@@ -75,9 +75,8 @@ def fetch(url: str, target: Path, timeout: float = DEFAULT_TIMEOUT, progress: bo
         resumed = response.status == 206
         length = response.headers.get("Content-Length")
         total = (offset if resumed else 0) + int(length) if length is not None else None
-        mode = "ab" if resumed else "wb"
         try:
-            with open(part, mode) as f, tqdm(
+            with open(part, "ab" if resumed else "wb") as f, tqdm(
                 total=total, initial=offset if resumed else 0, unit="B", unit_scale=True,
                 desc=target.name, disable=not progress, leave=False,
             ) as bar:
@@ -111,24 +110,18 @@ def model_dir(name: str, cache: Optional[Path] = None) -> Path:
     return (cache or cache_dir()) / name
 
 
-def _read_manifest(folder: Path) -> Optional[Dict]:
-    try:
-        return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def verify(name: str, cache: Optional[Path] = None, catalog: Optional[Dict[str, ModelEntry]] = None) -> Tuple[Path, Path]:
     """The model's files if its manifest exists and they still have the recorded SHA-256; else an error that says
     how to get it, with and without network."""
     entry = (CATALOG if catalog is None else catalog).get(name)
     folder = model_dir(name, cache)
-    manifest = _read_manifest(folder)
-    if manifest is None:
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         raise NotDownloadedError(
             f"The ELMo model {name!r} is not downloaded (looked in {folder}). Get it with: "
             f"python -m spacy_elmo download {name} ({offline_hint(name, entry)})"
-        )
+        ) from None
     for file, digest in manifest["sha256"].items():
         path = folder / file
         if not path.is_file() or sha256_of(path) != digest:
@@ -195,8 +188,7 @@ def download(
             log(f"{name} is already in the cache and intact (--force replaces it)")
             return found
     given = _given_files(entry, [Path(p) for p in local]) if local else None
-    if (folder / MANIFEST).exists():
-        (folder / MANIFEST).unlink()  # from here until the end, the model does not count as downloaded
+    (folder / MANIFEST).unlink(missing_ok=True)  # from here until the end, the model does not count as downloaded
     try:
         sources = _obtain(entry, folder, given, timeout, progress, log)
         _check_loads(entry, folder, retry=_retry(entry, given))

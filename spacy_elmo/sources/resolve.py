@@ -33,8 +33,7 @@ def check_model_files(
     catalogue; found on disk when the model loads). ``names``: what the caller calls the two settings."""
     if is_name(options_file, weight_file):
         check_name(str(options_file))
-        return
-    if (options_file is None) != (weight_file is None):
+    elif (options_file is None) != (weight_file is None):
         raise ElmoSettingsError(
             f"Give both {names[0]} and {names[1]} (the biLM's options.json and its weights .hdf5), or neither to "
             f"use the ELMo model embedded in spacy-elmo"
@@ -60,9 +59,8 @@ def check_model_source(options_file: Optional[PathLike]) -> None:
     if options_file is None or Path(options_file).is_file():
         return
     text = str(options_file)
-    if "/" in text or "\\" in text or Path(text).suffix == ".json":
-        return
-    check_downloaded(text)
+    if "/" not in text and "\\" not in text and Path(text).suffix != ".json":
+        check_downloaded(text)
 
 
 URL_SCHEMES = ("http://", "https://")

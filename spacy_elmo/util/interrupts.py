@@ -10,10 +10,8 @@ from typing import Any, ContextManager, Iterator, Optional, Tuple
 def _handled(signals: Tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
     """``handler`` for ``signals`` while the block runs (main thread only: elsewhere nothing changes), then the
     handlers before it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, handler) for sig in signals} if main else {}
     try:
         yield
     finally:

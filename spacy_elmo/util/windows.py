@@ -6,6 +6,8 @@ texts) cut alike. Their layers come back end to end per sequence either from the
 (training, the layer cache), from :func:`join_windows`. No context crosses a window boundary: each window is one
 biLM input.
 """
+from collections import Counter
+from itertools import accumulate
 from typing import List, NamedTuple, Sequence, Tuple, TypeVar
 
 # Longest biLM input by default: longer sentences run as consecutive windows of this many tokens.
@@ -50,16 +52,10 @@ def join_windows(windows: Sequence[Window], packed: Layers, n_seqs: int) -> List
     lengths = [0] * n_seqs
     for window in windows:
         lengths[window.seq] += window.end - window.start
-    views, start = [], 0
-    for length in lengths:
-        views.append(packed[..., start : start + length, :])
-        start += length
-    return views
+    return [packed[..., end - length : end, :] for length, end in zip(lengths, accumulate(lengths))]
 
 
 def windows_per_sequence(windows: Sequence[Window], n_seqs: int) -> List[int]:
     """How many windows each sequence has (0 for one without tokens), sequence after sequence."""
-    counts = [0] * n_seqs
-    for window in windows:
-        counts[window.seq] += 1
-    return counts
+    counts = Counter(window.seq for window in windows)
+    return [counts[seq] for seq in range(n_seqs)]
