@@ -32,7 +32,7 @@ setup(
         "tqdm>=4.38",
         "numpy>=1.21",
         "h5py>=3.0",
-        "torch>=2.1,<2.15",
+        "torch>=2.1,<2.16",
     ],
     extras_require={
         # build: `spacy package` (the project's package step) builds the sdist with it
