@@ -6,6 +6,7 @@
     python benchmarks/speed.py serving                                         # one Doc per call, threads
     python benchmarks/speed.py threads                                         # 1 or 2 torch threads, busy or not
     python benchmarks/speed.py memory                                          # RSS over 100,000 Docs
+    python benchmarks/speed.py finetune --budgets 1000000,500                  # a fine-tuning step's peak memory
     python benchmarks/speed.py products                                        # one LSTM product by rows
     python benchmarks/speed.py floor --preset original                         # one-Doc calls vs memory bandwidth
     python benchmarks/speed.py schedule --model embedded                       # the LSTM schedule vs a wavefront
@@ -444,6 +445,64 @@ def memory(args: argparse.Namespace) -> None:
         print(f"| {mode} | {cells} | {samples[-1] - samples[0]:+.1f} | {max(samples) - samples[0]:+.1f} |")
 
 
+def finetune_step(args: argparse.Namespace) -> Dict[str, float]:
+    """Peak RSS growth and seconds of one fine-tuning step (the biLM's forward with autograd, then its backward) of
+    UD-EWT dev sentences, one Doc each, totalling ``args.tokens`` tokens, under the budget ``args.child``."""
+    import spacy_elmo
+    from spacy.tokens import Doc
+
+    warnings.simplefilter("ignore", spacy_elmo.TokenTruncationWarning)
+    nlp = elmo_nlp((args.options, args.weights), frozen=False, bilm={"max_batch_tokens": args.child})
+    model = nlp.get_pipe("elmo").model
+    docs, total = [], 0
+    for words in load_sentences("ud", "dev"):
+        words = words[: args.tokens - total]
+        docs.append(Doc(nlp.vocab, words=words))
+        total += len(words)
+        if total == args.tokens:
+            break
+
+    def step(batch):
+        layers, backprop = model.begin_update(batch)
+        backprop([model.ops.xp.ones_like(x) for x in layers])
+
+    step(docs[:2])  # the weights loaded, the first allocations made
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    start = time.perf_counter()
+    step(docs)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"growth_mb": peak - before, "peak_mb": peak, "seconds": seconds, "tokens": total, "docs": len(docs)}
+
+
+def finetune(args: argparse.Namespace) -> None:
+    """Peak memory of one fine-tuning step of ``--tokens`` tokens with the biLM's ``max_batch_tokens`` at each of
+    ``--budgets`` (a training batch runs in pieces within it, each computed again in the backward pass), each step in
+    a fresh process, the budgets alternating round by round."""
+    if args.child:
+        print(json.dumps(finetune_step(args)))
+        return
+    header(sys.argv)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    rows: Dict[int, List[dict]] = {b: [] for b in budgets}
+    with tempfile.TemporaryDirectory() as tmp:
+        files = model_files(args.model, Path(tmp))
+        for round_ in range(args.rounds):
+            for budget in budgets if round_ % 2 == 0 else budgets[::-1]:
+                command = [sys.executable, __file__, "finetune", "--child", str(budget), "--tokens", str(args.tokens)]
+                command += ["--options", files[0], "--weights", files[1]] if files[0] else []
+                out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+                rows[budget].append(json.loads(out.strip().splitlines()[-1]))
+    first = rows[budgets[0]][0]
+    print(f"model {args.model}; one step of {first['tokens']:,} tokens in {first['docs']} Docs (UD-EWT dev "
+          f"sentences); {args.rounds} rounds, one process per step; load average after: {load()}\n")
+    print("| `max_batch_tokens` | peak RSS growth of the step, MB | peak RSS, MB | step, s |")
+    print("| ---: | ---: | ---: | ---: |")
+    for budget, results in rows.items():
+        growth, peak, seconds = (statistics.median(r[key] for r in results) for key in ("growth_mb", "peak_mb", "seconds"))
+        print(f"| {budget:,} | {growth:,.0f} | {peak:,.0f} | {seconds:.1f} |")
+
+
 # --- what bounds one Doc per call ------------------------------------------------------------------------------------
 
 def products(args: argparse.Namespace) -> None:
@@ -800,6 +859,10 @@ def parser() -> argparse.ArgumentParser:
     memory_parser.add_argument("--child", choices=["plain", "zone"], help=argparse.SUPPRESS)
     memory_parser.add_argument("--options", help=argparse.SUPPRESS)
     memory_parser.add_argument("--weights", help=argparse.SUPPRESS)
+    finetune_parser = command("finetune", finetune, model="original", tokens=2000, budgets="1000000,500", rounds=2)
+    finetune_parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    finetune_parser.add_argument("--options", help=argparse.SUPPRESS)
+    finetune_parser.add_argument("--weights", help=argparse.SUPPRESS)
     command("products", products, preset="small", precision="fp32,int8,int8-onednn", rows="1,8,22,64")
     command("floor", floor, preset="original", sentences=12, rounds=3)
     command("schedule", schedule, model="embedded", rows="1,8,32,128", steps=22, rounds=5)

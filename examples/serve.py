@@ -114,7 +114,7 @@ TOKEN_UNITS_ARE_BYTES = runtime.options.char_vocabulary is None
 MAX_TEXT_CHARS = limit_from_env("ELMO_MAX_TEXT_CHARS", nlp.max_length)
 MAX_BODY_BYTES = limit_from_env("ELMO_MAX_BODY_BYTES", JSON_BYTES_PER_CHAR * MAX_TEXT_CHARS + BODY_OVERHEAD)
 MAX_REPLY_BYTES = limit_from_env("ELMO_MAX_REPLY_BYTES", DEFAULT_MAX_REPLY_BYTES)
-VECTOR_WIDTH = 2 * runtime.encoder.options.projection_dim
+VECTOR_WIDTH = runtime.options.output_dim
 nlp.max_length = MAX_TEXT_CHARS
 app = FastAPI(title="spacy-elmo")
 

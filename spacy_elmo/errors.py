@@ -30,6 +30,11 @@ class TokenTruncationWarning(UserWarning):
     """
 
 
+class ElmoThreadsWarning(UserWarning):
+    """A biLM runs under another torch thread count than its ``threads`` setting, or its setting replaced a count set
+    outside spacy-elmo: torch has one count per process (docs/limits.md, "Threads")."""
+
+
 class ElmoListenerWarning(UserWarning):
     """An ELMo listener got Docs that no ``elmo`` component ran on, and read zeros for them."""
 

@@ -64,11 +64,18 @@ def test_spacy_finds_the_factory_and_architectures_without_importing_spacy_elmo(
 def test_every_public_name_imports_from_the_package_and_is_the_defining_modules_object():
     from spacy_elmo.embedder import ElmoEmbedder
     from spacy_elmo.model.options import ElmoOptions
-    from spacy_elmo.pipeline.component import Elmo
+    from spacy_elmo.pipeline.component import ElmoComponent
 
     for name in spacy_elmo.__all__:
         assert getattr(spacy_elmo, name) is not None, name
-    assert (spacy_elmo.ElmoEmbedder, spacy_elmo.ElmoOptions, spacy_elmo.Elmo) == (ElmoEmbedder, ElmoOptions, Elmo)
+    assert (spacy_elmo.ElmoEmbedder, spacy_elmo.ElmoOptions, spacy_elmo.ElmoComponent) == (ElmoEmbedder, ElmoOptions, ElmoComponent)
     assert set(spacy_elmo.__all__) <= set(dir(spacy_elmo))
     with pytest.raises(ImportError, match="Elmoo"):
         from spacy_elmo import Elmoo  # noqa: F401
+
+
+def test_the_component_class_s_former_name_still_imports_and_names_the_new_one():
+    """``spacy_elmo.Elmo`` was the component's class, whose name AllenNLP's module (spacy_elmo.allennlp.Elmo) shares."""
+    with pytest.warns(DeprecationWarning, match="spacy_elmo.Elmo is now spacy_elmo.ElmoComponent"):
+        from spacy_elmo import Elmo
+    assert Elmo is spacy_elmo.ElmoComponent

@@ -1,10 +1,12 @@
-"""The ``threads`` setting: torch's thread count during the biLM's calls only, restored after, 1 by default;
-and one embedder or pipeline used from several Python threads at once."""
+"""The ``threads`` setting: torch's process-wide thread count, applied when a biLM first runs, 1 by default; the
+rule where biLMs or the application set others; and one embedder or pipeline used from several Python threads at
+once."""
 import contextlib
 import dataclasses
 import math
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -13,7 +15,7 @@ import spacy
 import torch
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.errors import ElmoSettingsError
+from spacy_elmo.errors import ElmoSettingsError, ElmoThreadsWarning
 import spacy_elmo.formats.weights
 import spacy_elmo.util.threads
 from spacy_elmo.util.threads import torch_threads
@@ -44,6 +46,18 @@ def test_torch_threads_sets_and_restores(process_threads, monkeypatch):
         assert torch.get_num_threads() == OUTSIDE
 
 
+@contextlib.contextmanager
+def _warns_of_outside(replaced: bool):
+    """Expect the warning that a biLM's setting replaced the process's own count, or no thread warning at all."""
+    if replaced:
+        with pytest.warns(ElmoThreadsWarning, match=f"thread count is {OUTSIDE}, set outside spacy-elmo"):
+            yield
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ElmoThreadsWarning)
+            yield
+
+
 def _record_threads(runtime, monkeypatch) -> list:
     """The torch thread count each biLM run of ``runtime`` sees, and each ``torch.set_num_threads`` call."""
     seen: list = []
@@ -59,8 +73,9 @@ def test_embedder_sets_its_threads_once_and_leaves_them(process_threads, allennl
     by the first call, and no later call sets it again."""
     embedder = ElmoEmbedder(*allennlp_files, **settings)
     seen = _record_threads(embedder.runtime, monkeypatch)
-    for _ in range(3):
-        embedder.embed_sentence(["The", "cat", "sat"])
+    with _warns_of_outside(during != OUTSIDE):  # it replaces the process's own count
+        for _ in range(3):
+            embedder.embed_sentence(["The", "cat", "sat"])
     set_once = [] if during == OUTSIDE else [f"set {during}"]
     assert seen == [*set_once, during, during, during] and torch.get_num_threads() == during
 
@@ -72,12 +87,37 @@ def test_component_sets_its_threads_once_and_leaves_them(process_threads, monkey
     config = elmo_config() if threads is None else elmo_config(threads=None if threads == "null" else threads)
     nlp.add_pipe("elmo", config=config)
     seen = _record_threads(nlp.get_pipe("elmo").runtime, monkeypatch)
-    docs = list(nlp.pipe(["The cat sat .", "It was happy ."])) + [nlp("Once more .")]
+    with _warns_of_outside(during != OUTSIDE):
+        docs = list(nlp.pipe(["The cat sat .", "It was happy ."])) + [nlp("Once more .")]
     set_once = [] if during == OUTSIDE else [f"set {during}"]
     assert seen == [*set_once, during, during] and torch.get_num_threads() == during
     assert all(doc._.elmo.shape == (len(doc), 32) for doc in docs)
 
 
+def test_the_count_applied_last_holds_and_a_biLM_running_under_another_says_so_once(process_threads, allennlp_files):
+    """torch has one count per process: two embedders with different settings, then the application's own
+    ``torch.set_num_threads``; whoever applied a count last, it holds, and each biLM running under a count other than
+    its setting warns once. A first run replaces a count set outside spacy-elmo, with a warning."""
+    one, two = ElmoEmbedder(*allennlp_files, threads=1), ElmoEmbedder(*allennlp_files, threads=2)
+    words = ["The", "cat", "sat"]
+    with pytest.warns(ElmoThreadsWarning, match=f"thread count is {OUTSIDE}, set outside spacy-elmo") as caught:
+        one.embed_sentence(words)
+    assert torch.get_num_threads() == 1 and len(caught) == 1
+    with _warns_of_outside(False):
+        two.embed_sentence(words)  # its own first run applies its setting: 2 holds from now on
+    assert torch.get_num_threads() == 2
+    with pytest.warns(ElmoThreadsWarning, match="runs on 2 torch threads, not its threads=1") as caught:
+        one.embed_sentence(words)
+        one.embed_sentence(words)
+    assert torch.get_num_threads() == 2 and len(caught) == 1
+    torch.set_num_threads(OUTSIDE)  # the application's own setting, applied last
+    with pytest.warns(ElmoThreadsWarning, match=f"runs on {OUTSIDE} torch threads, not its threads=2") as caught:
+        two.embed_sentence(words)
+        one.embed_sentence(words)  # it has said so already
+    assert torch.get_num_threads() == OUTSIDE and len(caught) == 1
+
+
+@pytest.mark.filterwarnings("ignore:.*set outside spacy-elmo:spacy_elmo.errors.ElmoThreadsWarning")  # tested above
 @pytest.mark.parametrize("warm", [True, False], ids=["serving", "first-run-during-the-check"])
 def test_a_model_loaded_while_another_runtime_serves_leaves_the_servers_thread_count(
     process_threads, allennlp_files, monkeypatch, warm

@@ -23,8 +23,9 @@ from ..runtime.settings import ALLENNLP, settings_in
 
 # AllenNLP's fixed token width: every token is 50 character ids (its bytes cut to 48, framed, padded).
 MAX_CHARACTERS = 50
-# AllenNLP's behaviour: each batch row continues the LSTM state of the same row of the call before.
-ALLENNLP_SETTINGS = BiLmSettings(stateful=True)
+# AllenNLP's behaviour: each batch row continues the LSTM state of the same row of the call before, and torch's
+# thread count is left as it is.
+ALLENNLP_SETTINGS = BiLmSettings(stateful=True, threads=None)
 # The settings ``ElmoBiLm``, ``Elmo`` and ``ElmoEmbedder`` take beyond AllenNLP's arguments (see BiLmSettings).
 EXTRA_SETTINGS = settings_in(ALLENNLP)
 
@@ -200,7 +201,7 @@ class ElmoBiLm(nn.Module):
             self.encoder.weights_changed()
         rows = np.asarray(lengths.cpu()) + 2
         start = self.carried.start(self.encoder, batch) if self.stateful else self.encoder.start_state(batch)
-        layers, final = self.encoder.bilm(padded, rows, start)
+        layers, final = self.runtime.padded_layers(padded, rows, start)
         if self.stateful:
             self.carried.update(final)
         return {"activations": layers, "mask": _boundary_mask(lengths, steps)}

@@ -250,14 +250,14 @@ def embed(
             check_output(output)
             check_model_paths(options_file, weight_file)
 
-            from .embed import EmbedSettings, bilm_settings, embed_file
+            from .embed import EmbedSettings, settings_from_options, embed_file
             from ..model.devices import check_device
 
             try:
                 check_device(resolve_device(device))
             except ElmoSettingsError as err:  # it names no option
                 raise ElmoSettingsError(f"--device: {err}") from None
-            bilm = bilm_settings(
+            bilm = settings_from_options(
                 {
                     "--options": options_file,
                     "--weights": weight_file,

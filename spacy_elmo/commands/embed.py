@@ -40,7 +40,7 @@ MODEL_FILE_OPTIONS = ("--options", "--weights")  # checked as a pair: one alone 
 RECORDED_BILM_SETTINGS = tuple(name for option, name in BILM_OPTIONS.items() if option not in MODEL_FILE_OPTIONS)
 
 
-def bilm_settings(options: Mapping[str, Any]) -> BiLmSettings:
+def settings_from_options(options: Mapping[str, Any]) -> BiLmSettings:
     """The biLM settings of embed's options, as ``{"--precision": "int8", ...}`` (an option absent or None keeps
     the setting's default). They are applied one option at a time, so that an error names the option it is about."""
     given = {option: value for option, value in options.items() if value is not None}

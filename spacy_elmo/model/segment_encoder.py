@@ -1,11 +1,12 @@
 """Token sequences through an :class:`ElmoEncoder`, batch by batch, their layers packed on one token axis."""
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from .options import ElmoOptions
+from .bilm import BiLmState
 from .carried_state import CarriedState
 from .encoder import ElmoEncoder
 from .lstm import LayerOutput, MixOutput
@@ -45,12 +46,27 @@ class SegmentEncoder(nn.Module):
         batch has run, so an interrupted one leaves it as it was.
         """
         carry = self.stateful if carry is None else carry
+        layers, final = self.run(segments, self.carried.start(self.encoder, len(segments)) if carry else None, mix, pause)
+        if carry:
+            self.carried.update(final)
+        return layers
+
+    def start_state(self, rows: int) -> BiLmState:
+        """The state the rows of a batch start from: the carried one in the stateful mode, else the initial one."""
+        return self.carried.start(self.encoder, rows) if self.stateful else self.encoder.start_state(rows)
+
+    def run(
+        self,
+        segments: Sequence[Sequence[str]],
+        initial: Optional[BiLmState],
+        mix: Optional[torch.Tensor] = None,
+        pause: Optional[Callable[[], None]] = None,
+    ) -> Tuple[torch.Tensor, BiLmState]:
+        """:meth:`forward`'s layers from one biLM batch whose rows start from ``initial`` (None: the initial state),
+        and each row's final state; nothing carried changes."""
         starts = np.concatenate(([0], np.cumsum([len(s) for s in segments], dtype=np.int64)))
         n, like, dim = int(starts[-1]), self.encoder.bilm.w_proj, self.options.projection_dim
         out = LayerOutput(like, self.options.n_output_layers, n, dim, zeros=False) if mix is None else MixOutput(like, mix, n, dim)
-        initial = self.carried.start(self.encoder, len(segments)) if carry else None
         final = self.encoder.encode(segments, initial, out, starts[:-1], pause)
-        if carry:
-            self.carried.update(final)
-        return out.layers()
+        return out.layers(), final
 

@@ -147,7 +147,7 @@ def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) ->
     ``own``) gives its model that is not one of :data:`OWNER_SETTINGS`: where it belongs if it is one of the biLM's,
     else the closest setting it may mean.
 
-    Only reached where spacy-elmo's code sees the key (``Elmo(...)`` built in Python): spaCy 3.8 checks a factory's
+    Only reached where spacy-elmo's code sees the key (``ElmoComponent(...)`` built in Python): spaCy 3.8 checks a factory's
     keys against its signature (confection's "unexpected argument") before calling it and offers no hook, so
     ``nlp.add_pipe`` and ``spacy train`` report such a key themselves, naming it.
     """

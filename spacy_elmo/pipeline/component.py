@@ -39,8 +39,8 @@ from .handoff import LayerHandoff
 from .listener import link, listener_nodes, send_training_batch, set_listener_dims, unlink
 
 
-class ElmoOutput(NamedTuple):
-    """What :meth:`Elmo.predict` found for one Doc: its layers (on the biLM's device) and/or its mixed vectors
+class ElmoPrediction(NamedTuple):
+    """What :meth:`ElmoComponent.predict` found for one Doc: its layers (on the biLM's device) and/or its mixed vectors
     (numpy), each an array of its own."""
 
     layers: Optional[Floats3d]
@@ -78,14 +78,14 @@ def make_elmo(
     batch_requests: bool,
     batch_wait_ms: WaitMilliseconds,
     shared_batch_tokens: TokenCount,
-) -> "Elmo":
-    """Build the ``elmo`` component; see :class:`Elmo` for the settings.
+) -> "ElmoComponent":
+    """Build the ``elmo`` component; see :class:`ElmoComponent` for the settings.
 
     ``model`` is the biLM with its settings (``spacy_elmo.ElmoBiLm.v2``), or the name of a downloaded
     published model (``config={"model": "original"}``, ``python -m spacy_elmo list``): the default
     architecture with that model's files.
     """
-    return Elmo(
+    return ElmoComponent(
         nlp.vocab, published_bilm_model(model) if isinstance(model, str) else model, name, mix=mix,
         store_vectors=store_vectors, store_layers=store_layers, set_tensor=set_tensor, vector_hooks=vector_hooks,
         train_cache_mb=train_cache_mb, listener_cache_mb=listener_cache_mb, frozen=frozen, threads=threads, batch_requests=batch_requests,
@@ -93,7 +93,7 @@ def make_elmo(
     )
 
 
-class Elmo(TrainablePipe):
+class ElmoComponent(TrainablePipe):
     """Runs the biLM over each Doc's sentences (or windows) and shares the layers.
 
     The biLM and its settings (which files, start state, batching) are the ``model`` (``spacy_elmo.ElmoBiLm.v2``);
@@ -233,20 +233,20 @@ class Elmo(TrainablePipe):
 
     # --- prediction ---
 
-    def predict(self, docs: Iterable[Doc]) -> List[ElmoOutput]:
+    def predict(self, docs: Iterable[Doc]) -> List[ElmoPrediction]:
         """The model's layers of each Doc (for running listeners and ``store_layers``) and/or their fixed mix; nothing
         if nothing is stored or listens."""
         docs = list(docs)
         need_layers = self.handoff.begin_batch() or self.store_layers
         need_vectors = self.store_vectors
         if not docs or not (need_layers or need_vectors):
-            return [ElmoOutput(None, None) for _ in docs]
+            return [ElmoPrediction(None, None) for _ in docs]
         if not need_layers:
             spare = SPARE_COLUMNS if self.set_tensor else 0  # doc.tensor's mark column, without a copy
-            return [ElmoOutput(None, vectors) for vectors in doc_mixes(self.model, docs, self.mix_weights, spare)]
+            return [ElmoPrediction(None, vectors) for vectors in doc_mixes(self.model, docs, self.mix_weights, spare)]
         to_numpy, weights = self.model.ops.to_numpy, self.mix_weights
         layers = self.model.predict(docs)
-        return [ElmoOutput(x, mix_layers(weights, to_numpy(x)) if need_vectors else None) for x in layers]
+        return [ElmoPrediction(x, mix_layers(weights, to_numpy(x)) if need_vectors else None) for x in layers]
 
     @property
     def mix_weights(self) -> MixWeights:
@@ -256,7 +256,7 @@ class Elmo(TrainablePipe):
             self._mix_weights = tuple(float(w) for w in fixed_mix_weights(self.mix, n_layers))
         return self._mix_weights
 
-    def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
+    def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoPrediction]) -> None:
         """Leave what :meth:`predict` computed on each Doc (``doc_rows.py``; a record with no rows still says that
         the component ran on it), and hand the layers to the listeners."""
         hooks = self._installs_hooks()
@@ -299,7 +299,7 @@ class Elmo(TrainablePipe):
         sum of the listeners' gradients; the loss recorded is the squared norm of those gradients.
         """
         losses = {} if losses is None else losses
-        validate_examples(examples, "Elmo.update")
+        validate_examples(examples, "ElmoComponent.update")
         losses.setdefault(self.name, 0.0)
         if self.listeners:
             docs = [eg.predicted for eg in examples]
@@ -347,7 +347,7 @@ class Elmo(TrainablePipe):
         """Read the weight files now if nothing did yet, so that a saved pipeline carries the weights."""
         runtime_of(self.model)
 
-    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "ElmoComponent":
         """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by ``load_bilm_bytes``.
 
         (spaCy's version first checks that a subclass set ``vocab`` and ``model``; ``__init__`` always sets both.)
@@ -361,7 +361,7 @@ class Elmo(TrainablePipe):
         self._after_load()
         return self
 
-    def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+    def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "ElmoComponent":
         super().from_disk(path, exclude=[*exclude, "model"])
         if "model" not in exclude:
             load_bilm_file(self.model, Path(path) / "model")

@@ -1,25 +1,29 @@
 """One loaded biLM with its settings, behind every entry point.
 
-``ElmoEmbedder``, the ``elmo`` component (through its thinc model) and the ``embed`` command each hold an
-:class:`ElmoRuntime`: the biLM, its :class:`BiLmSettings`, the token cache, the state carried between calls, the
+``ElmoEmbedder``, the ``elmo`` component (through its thinc model), the ``embed`` command and the AllenNLP classes
+each hold an :class:`ElmoRuntime`: the biLM, its :class:`BiLmSettings`, the token cache, the state carried between calls, the
 request batcher and the thread setting. It is built once per model and changed only by :meth:`ElmoRuntime.configure`
 (a new settings value: only what differs is applied) or by loading other weights; nothing that depends only on the
 settings is decided per call.
 """
 import dataclasses
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+import warnings
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
+from ..errors import ElmoThreadsWarning
 from ..model.batch_cost import row_tokens
+from ..model.bilm import BiLmState
 from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.load import SavedBiLm, load_encoder
-from ..util.threads import hold_threads, keep_held_threads
+from ..util.threads import KEEP_HINT, hold_threads, keep_held_threads
 from ..serving import Policy, RequestBatcher, ServingCounts
-from ..serving.scheduler import longest_first
+from ..serving.scheduler import batches_in_order, longest_first
 from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
@@ -63,6 +67,7 @@ class ElmoRuntime:
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
         self._threads_due = False  # the thread setting is still to hold in this process, at the next run
+        self._threads_told = False  # a warning said that the biLM runs under another count than its setting
         self._apply(settings, None)
 
     @classmethod
@@ -235,21 +240,76 @@ class ElmoRuntime:
                         target.copy_(device[k])
         return [item.out for item in items]
 
+    # --- runs with autograd (fine-tuning, the AllenNLP modules) ---
+
     def trained_layers(self, segments: Sequence[Sequence[str]]) -> torch.Tensor:
         """The segments' layers with autograd through the biLM (fine-tuning), ``(n_layers + 1, total_tokens, dim)``,
-        segment after segment, from one biLM batch on the biLM's device: a stateful call continues the calls before,
-        row by row, as at prediction."""
+        segment after segment, on the biLM's device, run in pieces within the budget (:meth:`_in_pieces`): a
+        stateful call continues the calls before, row by row, as at prediction."""
         self._threads_in_force()
-        return self.segment_encoder(segments)
+        encoder = self.segment_encoder
+        start = encoder.start_state(len(segments))
+
+        def run(piece: range) -> Tuple[torch.Tensor, ...]:
+            layers, final = encoder.run(segments[piece.start : piece.stop], start.narrow(piece))
+            return layers, final.h, final.c
+
+        layers, h, c = self._in_pieces([row_tokens(len(words)) for words in segments], run, (1, 2, 2))
+        if self.settings.stateful:
+            encoder.carried.update(BiLmState(h, c))
+        return layers
+
+    def padded_layers(
+        self, tokens: torch.Tensor, lengths: np.ndarray, start: BiLmState
+    ) -> Tuple[List[torch.Tensor], BiLmState]:
+        """:meth:`~spacy_elmo.model.bilm.BiLm.forward` through the runtime's settings, in pieces within the budget
+        (:meth:`_in_pieces`): token vectors ``(batch, steps, projection_dim)`` with their boundaries in place, each
+        row's ``lengths`` counting them, each row starting from ``start``; the layers ``(batch, steps, dim)`` and each
+        row's final state."""
+        self._threads_in_force()
+        bilm = self.encoder.bilm
+
+        def run(piece: range) -> Tuple[torch.Tensor, ...]:
+            layers, final = bilm(tokens[piece.start : piece.stop], lengths[piece.start : piece.stop], start.narrow(piece))
+            return (*layers, final.h, final.c)
+
+        n_layers = self.options.n_output_layers
+        *layers, h, c = self._in_pieces([int(n) for n in lengths], run, (0,) * n_layers + (2, 2))
+        return layers, BiLmState(h, c)
+
+    def _in_pieces(
+        self, costs: Sequence[int], run: Callable[[range], Tuple[torch.Tensor, ...]], dims: Sequence[int]
+    ) -> Tuple[torch.Tensor, ...]:
+        """``run`` over batch rows of these padded ``costs`` in consecutive pieces within ``max_batch_tokens``
+        (:func:`~spacy_elmo.serving.scheduler.batches_in_order`), each output joined piece after piece along its
+        ``dims`` entry. Where autograd records, each piece is run again in the backward pass (torch's checkpoint),
+        so that one piece's activations are held at a time, not the batch's: the same gradients, for one more
+        forward pass."""
+        pieces = batches_in_order(costs, self.settings.max_batch_tokens)
+        if len(pieces) <= 1:
+            return run(range(len(costs)))
+        recompute = torch.is_grad_enabled()
+        outputs = [checkpoint(run, piece, use_reentrant=False) if recompute else run(piece) for piece in pieces]
+        return tuple(torch.cat(parts, dim) for parts, dim in zip(zip(*outputs), dims))
 
     def _threads_in_force(self) -> None:
         """Before a biLM run: the thread setting, due since it changed or since this copy came to this process, or
-        held again in this thread or after a fork."""
+        held again in this thread or after a fork; running under another count (applied since by another holder or
+        by the application) is said once."""
+        threads = self.settings.threads
         if self._threads_due:
-            self._threads_due = False
-            hold_threads(self.settings.threads)
-        elif self.settings.threads is not None:
+            self._threads_due = self._threads_told = False
+            hold_threads(threads)
+        elif threads is not None:
             keep_held_threads()
+            if torch.get_num_threads() != threads and not self._threads_told:
+                self._threads_told = True
+                warnings.warn(
+                    f"this biLM runs on {torch.get_num_threads()} torch threads, not its threads={threads}: torch has "
+                    f"one count per process, and the count applied last (by another biLM, pretraining or "
+                    f"torch.set_num_threads) holds; {KEEP_HINT}",
+                    ElmoThreadsWarning, stacklevel=3,
+                )
 
     def _mix_tensor(self, weights: MixWeights) -> torch.Tensor:
         """The mix weights on the biLM's device, made once per mix."""

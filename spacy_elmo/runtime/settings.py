@@ -94,7 +94,8 @@ class BiLmSettings:
     )
     stateful: bool = setting(False, BILM_BLOCK, EMBEDDER, ALLENNLP)
     max_batch_tokens: int = setting(
-        DEFAULT_MAX_BATCH_TOKENS, BILM_BLOCK, EMBEDDER, check=functools.partial(check_token_count, name="max_batch_tokens")
+        DEFAULT_MAX_BATCH_TOKENS, BILM_BLOCK, EMBEDDER, ALLENNLP,
+        check=functools.partial(check_token_count, name="max_batch_tokens"),
     )
     max_sentence_tokens: int = setting(
         DEFAULT_MAX_SENTENCE_TOKENS, BILM_BLOCK, EMBED, option="--max-tokens",
@@ -105,7 +106,7 @@ class BiLmSettings:
     )
     cache_size: int = setting(0, BILM_BLOCK, EMBEDDER, check=check_cache_size)
     frozen: bool = setting(True, COMPONENT, EMBEDDING)
-    threads: Optional[int] = setting(DEFAULT_THREADS, COMPONENT, EMBEDDING, EMBEDDER, check=check_threads)
+    threads: Optional[int] = setting(DEFAULT_THREADS, COMPONENT, EMBEDDING, EMBEDDER, ALLENNLP, check=check_threads)
     batch_requests: bool = setting(True, COMPONENT, EMBEDDING, EMBEDDER)
     batch_wait_ms: float = setting(DEFAULT_BATCH_WAIT_MS, COMPONENT, EMBEDDING, EMBEDDER, check=check_wait_ms)
     shared_batch_tokens: int = setting(

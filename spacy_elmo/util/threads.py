@@ -1,25 +1,36 @@
 """The one owner of torch's CPU thread count in this process: nothing else in the package sets it.
 
-A holder's setting (:func:`hold_threads`: a runtime, training) stands; a block (:func:`torch_threads`: a one-off job
-such as checking weights) sets its count only while none stands, and puts back after it the count from before, or
-one held meanwhile; blocks of several threads share the first one's setting. torch's count is a thread's own once
-the thread has run torch (OpenMP's), and new threads take the one set last, so a thread that runs for a holder
-applies the held count once (:func:`keep_held_threads`), and again in a forked child. (In ``util``, which knows no
-ELMo, so that ``formats``, the runtime, pretraining and the commands all reach it.)
+The rule (docs/limits.md, "Threads"): torch has one count per process, and the count applied last holds, whoever
+applied it: a holder (:func:`hold_threads`: a biLM's runtime when it first runs, pretraining), or the application
+(``torch.set_num_threads``). A hold that replaces a count set outside spacy-elmo (one it never set, and not torch's
+when this module was imported) says so with an :class:`~spacy_elmo.errors.ElmoThreadsWarning`; a runtime that runs
+under a count other than its setting says so once. A block (:func:`torch_threads`: a one-off job such as
+checking weights) sets its count only while none is held, and puts back after it the count from before, or one held
+meanwhile; blocks of several threads share the first one's setting. torch's count is a thread's own once the thread
+has run torch (OpenMP's), and new threads take the one set last, so a thread that runs for a holder applies the
+held count once (:func:`keep_held_threads`), and again in a forked child.
 """
 import os
 import threading
+import warnings
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import torch
 
+from ..errors import ElmoThreadsWarning
+
 _lock = threading.Lock()
+# torch's count when this module was imported (its own, or one set before) and every count set here since: a count
+# in force that is none of these was set outside spacy-elmo
+_ours = {torch.get_num_threads()}
 _held: Optional[int] = None  # the count a holder set last: it stands, blocks leave it alone
 _generation = 0  # holds (and forks) so far; a thread that has applied the last keeps it in _local.seen
 _local = threading.local()
 _blocks = 0  # blocks running
 _restore: Optional[int] = None  # the count before the blocks, when they set theirs (None: they set nothing)
+
+KEEP_HINT = "give every biLM the same threads, or threads=None to leave torch's count as it is"
 
 
 def _set(threads: int) -> None:
@@ -29,10 +40,19 @@ def _set(threads: int) -> None:
 
 
 def hold_threads(threads: int) -> None:
-    """Make ``threads`` torch's count from now on, for a holder that depends on it: blocks leave it in force."""
+    """Make ``threads`` torch's count from now on, for a holder that depends on it: blocks leave it in force. A
+    count set outside spacy-elmo that it replaces is warned of."""
     global _held, _generation
     with _lock:
+        found = torch.get_num_threads()
+        if found != threads and found not in _ours:
+            warnings.warn(
+                f"torch's thread count is {found}, set outside spacy-elmo (torch.set_num_threads); a biLM's setting, "
+                f"threads={threads}, replaces it: torch has one count per process; {KEEP_HINT}",
+                ElmoThreadsWarning, stacklevel=3,
+            )
         _held, _generation = threads, _generation + 1
+        _ours.add(threads)
         _set(threads)
         _local.seen = _generation
 
@@ -57,6 +77,7 @@ def torch_threads(threads: Optional[int]) -> Iterator[None]:
     with _lock:
         if _blocks == 0 and _held is None:
             _restore = torch.get_num_threads()
+            _ours.add(threads)
             _set(threads)
         _blocks += 1
     try:

@@ -95,3 +95,33 @@ def test_without_requires_grad_nothing_of_the_biLM_learns(allennlp_files):
     elmo = Elmo(*allennlp_files, 2)
     learning = sorted(name for name, p in elmo.named_parameters() if p.requires_grad)
     assert learning == sorted(f"scalar_mix_{k}.{p}" for k in range(2) for p in ("gamma", *(f"scalar_parameters.{i}" for i in range(3))))
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_within_a_batch_budget_the_biLM_runs_in_pieces_with_the_gradients_of_one_batch(allennlp_files, monkeypatch, stateful):
+    """``max_batch_tokens=20``: five sentences run in pieces of consecutive rows of at most 20 padded tokens, each
+    run again in the backward pass; the vectors, the carried state and the gradients are those of one batch."""
+    from tests.runtime.test_runtime import record_bilm_runs
+
+    sentences = [SENTENCE, SENTENCE[:2], SENTENCE[1:], ["One"], SENTENCE[::-1]]
+    steps = []
+    for budget in (10_000, 20):
+        elmo = Elmo(*allennlp_files, 1, requires_grad=True, dropout=0.0, stateful=stateful, initial_state="zeros",
+                    max_batch_tokens=budget)
+        runs = record_bilm_runs(monkeypatch)
+        outputs = [elmo(batch_to_ids(sentences))["elmo_representations"][0] for _ in range(2)]
+        upstream = torch.randn(outputs[0].shape, generator=torch.Generator().manual_seed(0))
+        sum((x * upstream).sum() for x in outputs).backward()
+        grads = {name: p.grad for name, p in elmo._elmo_lstm.encoder.bilm.named_parameters()}
+        steps.append((outputs, grads, elmo._elmo_lstm.carried.state, runs))
+    (whole, whole_grads, whole_state, _), (pieces, piece_grads, piece_state, runs) = steps
+    for x, y in zip(pieces, whole):
+        torch.testing.assert_close(x, y, **ROUNDING)
+    for name, grad in whole_grads.items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(piece_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+    if stateful:
+        torch.testing.assert_close(piece_state.h, whole_state.h, **ROUNDING)
+        torch.testing.assert_close(piece_state.c, whole_state.c, **ROUNDING)
+    # rows of 8, 4, 7, 3 and 8 tokens with their marks: pieces (8, 4), (7, 3), (8), each run twice, in each of two calls
+    assert all(padded <= 20 for _, padded, _ in runs) and len(runs) == 2 * 2 * 3

@@ -11,7 +11,7 @@ from confection import ConfigValidationError
 from spacy.tokens import DocBin
 
 from spacy_elmo.errors import ElmoSettingsError
-from spacy_elmo.pipeline import Elmo
+from spacy_elmo.pipeline import ElmoComponent
 from spacy_elmo.pipeline.config_types import SettingType, setting_type
 from spacy_elmo.sources.download import MANIFEST
 from spacy_elmo.sources.resolve import check_model_source
@@ -166,7 +166,7 @@ UNKNOWN_SETTINGS = [
 def test_a_setting_the_component_does_not_take_is_one_line_saying_where_it_belongs(key, expected):
     model = spacy.registry.resolve({"model": elmo_config()["model"]})["model"]
     with pytest.raises(ConfigValidationError) as caught:
-        Elmo(spacy.blank("en").vocab, model, **{key: "bf16"})
+        ElmoComponent(spacy.blank("en").vocab, model, **{key: "bf16"})
     assert isinstance(caught.value, ElmoSettingsError)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
 

@@ -11,6 +11,7 @@ import spacy_elmo.model.bilm
 import spacy_elmo.model.lstm
 import spacy_elmo.pipeline.component
 from spacy_elmo import CallCancelled, CancelHandle, ElmoEmbedder, ElmoSettingsError
+from spacy_elmo.errors import ElmoThreadsWarning
 from spacy_elmo.formats.weights import load_files
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.runtime import BiLmSettings, ElmoRuntime
@@ -39,7 +40,8 @@ def restored_threads():
 
 def test_a_hundred_calls_with_unchanged_settings_decide_nothing_again(monkeypatch, restored_threads):
     """Threads, the mix's weights and the int8 weights are decided when they change, not per call: the thread
-    setting, applied by the first call, is not applied again when the application changes torch's count after."""
+    setting, applied by the first call, is not applied again when the application changes torch's count after (the
+    biLM says once that it runs under another count)."""
     nlp = spacy.blank("en")
     model = {"@architectures": "spacy_elmo.ElmoBiLm.v2", "precision": "int8"}
     nlp.add_pipe("elmo", config={"model": model, "mix": "average", "threads": 1})
@@ -54,9 +56,10 @@ def test_a_hundred_calls_with_unchanged_settings_decide_nothing_again(monkeypatc
         (spacy_elmo.model.lstm, "StackedProducts"),
     ]:
         monkeypatch.setattr(module, name, _counting(counts, name, getattr(module, name)))
-    for i in range(100):
-        nlp(f"Call number {i} reads a sentence .")
-    assert counts == Counter()
+    with pytest.warns(ElmoThreadsWarning, match="runs on 2 torch threads, not its threads=1") as caught:
+        for i in range(100):
+            nlp(f"Call number {i} reads a sentence .")
+    assert counts == Counter() and len(caught) == 1
 
 
 def test_a_changed_setting_is_applied_and_the_others_are_left_as_they_are():
@@ -205,3 +208,56 @@ def test_a_short_call_arriving_during_a_long_run_is_served_inside_it_and_both_ge
     np.testing.assert_array_equal(answers["short"][0], short_alone[0])
     for a, b in zip(long_layers, long_alone):
         np.testing.assert_array_equal(a, b)
+
+
+# --- runs with autograd, in pieces within the budget ---
+
+
+def record_bilm_runs(monkeypatch) -> list:
+    """Each biLM batch run from now on, as (rows, padded tokens: rows times the longest row, torch threads)."""
+    runs: list = []
+    run = spacy_elmo.model.bilm.BiLm.run
+
+    def recorded(bilm, inputs, packing, *args, **kwargs):
+        runs.append((packing.batch, packing.batch * int(packing.lengths.max()), torch.get_num_threads()))
+        return run(bilm, inputs, packing, *args, **kwargs)
+
+    monkeypatch.setattr(spacy_elmo.model.bilm.BiLm, "run", recorded)
+    return runs
+
+
+def _fine_tuned_step(runtime: ElmoRuntime, calls: list) -> tuple:
+    """Two calls' layers through ``trained_layers`` and the gradients of a fixed loss on them."""
+    runtime.encoder.zero_grad()
+    outputs = [runtime.trained_layers(segments) for segments in calls]
+    generator = torch.Generator().manual_seed(0)
+    loss = sum((x * torch.randn(x.shape, generator=generator)).sum() for x in outputs)
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in runtime.encoder.named_parameters()}
+    return [x.detach() for x in outputs], grads
+
+
+ZEROS = {"initial_state": "zeros"}  # no warm-up runs of the biLM
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_fine_tuning_runs_in_pieces_within_the_budget_with_the_gradients_of_one_batch(monkeypatch, stateful):
+    """Budget 20 padded tokens: two calls of six sentences run in pieces of consecutive sentences, each run again
+    in the backward pass; the layers, the carried state and the gradients are those of one batch per call."""
+    calls = [SENTENCES * 2, SENTENCES[::-1] * 2]
+    whole = ElmoRuntime.load(BiLmSettings(OPTIONS, WEIGHTS, frozen=False, stateful=stateful, max_batch_tokens=10_000, **ZEROS))
+    pieces = ElmoRuntime.load(BiLmSettings(OPTIONS, WEIGHTS, frozen=False, stateful=stateful, max_batch_tokens=20, **ZEROS))
+    expected, expected_grads = _fine_tuned_step(whole, calls)
+    runs = record_bilm_runs(monkeypatch)
+    found, grads = _fine_tuned_step(pieces, calls)
+    for x, y in zip(found, expected):
+        torch.testing.assert_close(x, y, **ROUNDING)
+    for name, grad in expected_grads.items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+    if stateful:
+        for a, b in zip(vars(pieces.segment_encoder.carried.state).values(), vars(whole.segment_encoder.carried.state).values()):
+            torch.testing.assert_close(a, b, **ROUNDING)
+    # rows of 3, 6 and 9 tokens with their marks: pairs fit 20 (2 x 9 = 18), three do not (3 x 9 = 27), so each
+    # call of six runs in three pieces, each piece twice (forward, then again in the backward pass)
+    assert all(padded <= 20 for _, padded, _ in runs) and len(runs) == 2 * 2 * 3

@@ -118,7 +118,7 @@ def _embed_command(tmp_path: Path) -> None:
 
 def _pipeline(tmp_path: Path) -> None:
     from spacy_elmo.pipeline.architectures import build_bilm_model_v2
-    from spacy_elmo.pipeline.component import Elmo as ElmoComponent
+    from spacy_elmo.pipeline.component import ElmoComponent
 
     vocab = spacy.blank("en").vocab
     ElmoComponent(vocab, build_bilm_model_v2(precision="int8")).runtime.layers([["The", "cat"]])

@@ -13,7 +13,7 @@ from spacy.vocab import Vocab
 # spacy-elmo: spaCy's test helpers from the installed package; the ELMo component, listener and architectures
 from spacy.tests.util import add_vecs_to_vocab, make_tempdir
 from spacy_elmo.pipeline.architectures import build_bilm_model_v2
-from spacy_elmo.pipeline.component import Elmo
+from spacy_elmo.pipeline.component import ElmoComponent
 from spacy_elmo.pipeline.listener import build_elmo_embedding_v2, is_listener
 
 
@@ -116,7 +116,7 @@ def test_tok2vec_listener(with_vectors):
     tagger = nlp.get_pipe("tagger")
     tok2vec = nlp.get_pipe("elmo")
     tagger_tok2vec = elmo_listener(tagger.model.get_ref("tok2vec"))  # spacy-elmo: the listener node
-    assert isinstance(tok2vec, Elmo)
+    assert isinstance(tok2vec, ElmoComponent)
     assert is_listener(tagger_tok2vec)
     train_examples = []
     for t in TRAIN_DATA:
@@ -431,7 +431,7 @@ def test_tok2vec_listeners_textcat():
     tok2vec = nlp.get_pipe("elmo")
     tagger_tok2vec = tagger.model.get_ref("tok2vec")
     textcat_tok2vec = textcat.model.get_ref("tok2vec")
-    assert isinstance(tok2vec, Elmo)
+    assert isinstance(tok2vec, ElmoComponent)
     assert has_elmo_listener(tagger_tok2vec)
     assert has_elmo_listener(textcat_tok2vec)
     train_examples = []
