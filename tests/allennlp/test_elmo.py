@@ -171,7 +171,8 @@ def test_the_settings_are_one_checked_biLM_settings_value(allennlp_files):
     from spacy_elmo.runtime import BiLmSettings
 
     bilm = Elmo(*allennlp_files, 1, stateful=False, initial_state="zeros")._elmo_lstm
-    assert bilm.settings == BiLmSettings(*map(str, allennlp_files), stateful=False, initial_state="zeros")
+    # threads None: torch's count left as it is, as in AllenNLP
+    assert bilm.settings == BiLmSettings(*map(str, allennlp_files), stateful=False, initial_state="zeros", threads=None)
     with pytest.raises(ElmoSettingsError, match="precision 'int8' is for a frozen biLM"):
         ElmoBiLm(*allennlp_files, requires_grad=True).set_precision("int8")
 
