@@ -48,10 +48,6 @@ class BiLmState:
     def rows(self) -> int:
         return self.h.shape[2]
 
-    def narrow(self, rows: range) -> "BiLmState":
-        """The state of the consecutive ``rows``."""
-        return BiLmState(self.h[:, :, rows.start : rows.stop], self.c[:, :, rows.start : rows.stop])
-
     def select(self, index: torch.Tensor) -> "BiLmState":
         return BiLmState(self.h.index_select(2, index), self.c.index_select(2, index))
 

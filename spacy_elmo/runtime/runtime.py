@@ -23,7 +23,7 @@ from ..model.options import ElmoOptions
 from ..sources.load import SavedBiLm, load_encoder
 from ..util.threads import KEEP_HINT, hold_threads, keep_held_threads
 from ..serving import Policy, RequestBatcher, ServingCounts
-from ..serving.scheduler import batches_in_order, longest_first
+from ..serving.scheduler import lone_batches, longest_first
 from .settings import BiLmSettings
 
 # What a mix is given as: one weight per layer (a tuple, so that its device copy is made once and kept).
@@ -244,17 +244,18 @@ class ElmoRuntime:
 
     def trained_layers(self, segments: Sequence[Sequence[str]]) -> torch.Tensor:
         """The segments' layers with autograd through the biLM (fine-tuning), ``(n_layers + 1, total_tokens, dim)``,
-        segment after segment, on the biLM's device, run in pieces within the budget (:meth:`_in_pieces`): a
-        stateful call continues the calls before, row by row, as at prediction."""
+        segment after segment, on the biLM's device, in pieces within the budget (:meth:`_in_pieces`): a stateful
+        call continues the calls before, row by row, as at prediction."""
         self._threads_in_force()
         encoder = self.segment_encoder
         start = encoder.start_state(len(segments))
 
-        def run(piece: range) -> Tuple[torch.Tensor, ...]:
-            layers, final = encoder.run(segments[piece.start : piece.stop], start.narrow(piece))
+        def run(rows: List[int]) -> Tuple[torch.Tensor, ...]:
+            layers, final = encoder.run([segments[row] for row in rows], start.select(self._index(rows)))
             return layers, final.h, final.c
 
-        layers, h, c = self._in_pieces([row_tokens(len(words)) for words in segments], run, (1, 2, 2))
+        lengths = [len(words) for words in segments]
+        layers, h, c = self._in_pieces([row_tokens(n) for n in lengths], run, ((1, lengths), (2, None), (2, None)))
         if self.settings.stateful:
             encoder.carried.update(BiLmState(h, c))
         return layers
@@ -267,30 +268,41 @@ class ElmoRuntime:
         row's ``lengths`` counting them, each row starting from ``start``; the layers ``(batch, steps, dim)`` and each
         row's final state."""
         self._threads_in_force()
-        bilm = self.encoder.bilm
 
-        def run(piece: range) -> Tuple[torch.Tensor, ...]:
-            layers, final = bilm(tokens[piece.start : piece.stop], lengths[piece.start : piece.stop], start.narrow(piece))
+        def run(rows: List[int]) -> Tuple[torch.Tensor, ...]:
+            index = self._index(rows)
+            layers, final = self.encoder.bilm(tokens.index_select(0, index), lengths[rows], start.select(index))
             return (*layers, final.h, final.c)
 
-        n_layers = self.options.n_output_layers
-        *layers, h, c = self._in_pieces([int(n) for n in lengths], run, (0,) * n_layers + (2, 2))
+        parts = ((0, None),) * self.options.n_output_layers + ((2, None), (2, None))
+        *layers, h, c = self._in_pieces([int(n) for n in lengths], run, parts)
         return layers, BiLmState(h, c)
 
     def _in_pieces(
-        self, costs: Sequence[int], run: Callable[[range], Tuple[torch.Tensor, ...]], dims: Sequence[int]
+        self,
+        costs: Sequence[int],
+        run: Callable[[List[int]], Tuple[torch.Tensor, ...]],
+        parts: Sequence[Tuple[int, Optional[Sequence[int]]]],
     ) -> Tuple[torch.Tensor, ...]:
-        """``run`` over batch rows of these padded ``costs`` in consecutive pieces within ``max_batch_tokens``
-        (:func:`~spacy_elmo.serving.scheduler.batches_in_order`), each output joined piece after piece along its
-        ``dims`` entry. Where autograd records, each piece is run again in the backward pass (torch's checkpoint),
-        so that one piece's activations are held at a time, not the batch's: the same gradients, for one more
-        forward pass."""
-        pieces = batches_in_order(costs, self.settings.max_batch_tokens)
+        """``run(rows)`` over the batch rows of these padded ``costs``: all at once, in their order, where they fit
+        ``max_batch_tokens``; else in pieces within it, longest rows first (:func:`~spacy_elmo.serving.scheduler.
+        lone_batches`: rows of like lengths, few LSTM steps), each output joined along its ``parts`` entry's dim and
+        put back in the rows' order (each row's part ``sizes[row]`` long there; None: 1). Where autograd records,
+        each piece is run again in the backward pass (torch's checkpoint), so that one piece's activations are held
+        at a time, not the batch's: the same gradients, for one more forward pass."""
+        pieces = lone_batches(costs, self.settings.max_batch_tokens)
         if len(pieces) <= 1:
-            return run(range(len(costs)))
+            return run(list(range(len(costs))))
         recompute = torch.is_grad_enabled()
         outputs = [checkpoint(run, piece, use_reentrant=False) if recompute else run(piece) for piece in pieces]
-        return tuple(torch.cat(parts, dim) for parts, dim in zip(zip(*outputs), dims))
+        order = [row for piece in pieces for row in piece]
+        return tuple(
+            _in_rows_order(torch.cat(joined, dim), dim, order, [1] * len(costs) if sizes is None else sizes)
+            for joined, (dim, sizes) in zip(zip(*outputs), parts)
+        )
+
+    def _index(self, rows: List[int]) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.int64, device=self.device)
 
     def _threads_in_force(self) -> None:
         """Before a biLM run: the thread setting, due since it changed or since this copy came to this process, or
@@ -336,6 +348,15 @@ class ElmoRuntime:
 def _segment_tokens(segment: Segment) -> int:
     """A segment's tokens in a biLM batch: its row, boundaries included (a batch costs its rows times the longest)."""
     return row_tokens(len(segment.words))
+
+
+def _in_rows_order(joined: torch.Tensor, dim: int, order: List[int], sizes: Sequence[int]) -> torch.Tensor:
+    """``joined``, the parts of the rows in ``order`` end to end along ``dim`` (``sizes[row]`` long each), with the
+    parts in the rows' own order."""
+    ends = np.cumsum([sizes[row] for row in order])
+    start = {row: end - sizes[row] for row, end in zip(order, ends)}
+    index = np.concatenate([np.arange(start[row], start[row] + sizes[row]) for row in range(len(sizes))])
+    return joined.index_select(dim, torch.from_numpy(index).to(joined.device))
 
 
 def _split(host: Rows, lengths: List[int]) -> List[Rows]:

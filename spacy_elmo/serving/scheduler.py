@@ -7,8 +7,8 @@ its tokens and the hold after traffic (:func:`budget`), how long a leader waits 
 waiting calls' tokens, the :class:`Turns` carried from batch to batch, the :class:`Policy` and the time, as vLLM's
 scheduler decides each step. Nothing here changes anything, so a caller that never runs a plan (an interrupt) has
 nothing to undo. :class:`~spacy_elmo.serving.request_batcher.RequestBatcher` keeps the queue, the lock and the leader,
-and runs and commits the plans; :func:`lone_batches` is the plan of one call alone (evaluation in pretraining),
-:func:`batches_in_order` that of a run with autograd (fine-tuning).
+and runs and commits the plans; :func:`lone_batches` is the plan of one call alone (evaluation in pretraining, runs
+with autograd).
 
 Cost model, defined once (:func:`batch_tokens`): a padded batch (items padded to the longest) costs its number of
 items times its largest item's tokens; otherwise the sum of its items' tokens.
@@ -258,17 +258,3 @@ def lone_batches(tokens: Sequence[int], max_batch_tokens: int) -> List[List[int]
         at += len(batches[-1])
     return batches
 
-
-def batches_in_order(tokens: Sequence[int], max_batch_tokens: int) -> List[range]:
-    """Items of ``tokens`` in their order, in consecutive padded batches of at most ``max_batch_tokens`` tokens (an
-    item over it is a batch alone): the pieces of a run whose rows keep their places (autograd, carried state)."""
-    batches: List[range] = []
-    start, largest = 0, 0
-    for end, size in enumerate(tokens):
-        largest = max(largest, size)
-        if end > start and batch_tokens(end + 1 - start, largest, 0, True) > max_batch_tokens:
-            batches.append(range(start, end))
-            start, largest = end, size
-    if len(tokens):
-        batches.append(range(start, len(tokens)))
-    return batches

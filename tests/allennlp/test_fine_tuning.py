@@ -99,8 +99,8 @@ def test_without_requires_grad_nothing_of_the_biLM_learns(allennlp_files):
 
 @pytest.mark.parametrize("stateful", [False, True])
 def test_within_a_batch_budget_the_biLM_runs_in_pieces_with_the_gradients_of_one_batch(allennlp_files, monkeypatch, stateful):
-    """``max_batch_tokens=20``: five sentences run in pieces of consecutive rows of at most 20 padded tokens, each
-    run again in the backward pass; the vectors, the carried state and the gradients are those of one batch."""
+    """``max_batch_tokens=20``: five sentences run in pieces of at most 20 padded tokens, each run again in the
+    backward pass; the vectors (in the rows' order), the carried state and the gradients are those of one batch."""
     from tests.runtime.test_runtime import record_bilm_runs
 
     sentences = [SENTENCE, SENTENCE[:2], SENTENCE[1:], ["One"], SENTENCE[::-1]]
@@ -123,5 +123,5 @@ def test_within_a_batch_budget_the_biLM_runs_in_pieces_with_the_gradients_of_one
     if stateful:
         torch.testing.assert_close(piece_state.h, whole_state.h, **ROUNDING)
         torch.testing.assert_close(piece_state.c, whole_state.c, **ROUNDING)
-    # rows of 8, 4, 7, 3 and 8 tokens with their marks: pieces (8, 4), (7, 3), (8), each run twice, in each of two calls
+    # rows of 8, 4, 7, 3 and 8 tokens with their marks, longest first: (8, 8), (7, 4), (3), each run twice, in two calls
     assert all(padded <= 20 for _, padded, _ in runs) and len(runs) == 2 * 2 * 3

@@ -242,8 +242,8 @@ ZEROS = {"initial_state": "zeros"}  # no warm-up runs of the biLM
 
 @pytest.mark.parametrize("stateful", [False, True])
 def test_fine_tuning_runs_in_pieces_within_the_budget_with_the_gradients_of_one_batch(monkeypatch, stateful):
-    """Budget 20 padded tokens: two calls of six sentences run in pieces of consecutive sentences, each run again
-    in the backward pass; the layers, the carried state and the gradients are those of one batch per call."""
+    """Budget 20 padded tokens: two calls of six sentences run in pieces, each run again in the backward pass; the
+    layers (in the sentences' order), the carried state and the gradients are those of one batch per call."""
     calls = [SENTENCES * 2, SENTENCES[::-1] * 2]
     whole = ElmoRuntime.load(BiLmSettings(OPTIONS, WEIGHTS, frozen=False, stateful=stateful, max_batch_tokens=10_000, **ZEROS))
     pieces = ElmoRuntime.load(BiLmSettings(OPTIONS, WEIGHTS, frozen=False, stateful=stateful, max_batch_tokens=20, **ZEROS))
@@ -258,6 +258,6 @@ def test_fine_tuning_runs_in_pieces_within_the_budget_with_the_gradients_of_one_
     if stateful:
         for a, b in zip(vars(pieces.segment_encoder.carried.state).values(), vars(whole.segment_encoder.carried.state).values()):
             torch.testing.assert_close(a, b, **ROUNDING)
-    # rows of 3, 6 and 9 tokens with their marks: pairs fit 20 (2 x 9 = 18), three do not (3 x 9 = 27), so each
-    # call of six runs in three pieces, each piece twice (forward, then again in the backward pass)
+    # rows of 6, 9 and 3 tokens with their marks, longest first: (9, 9), (6, 6, 3), (3) in each call of six, each
+    # piece twice (forward, then again in the backward pass)
     assert all(padded <= 20 for _, padded, _ in runs) and len(runs) == 2 * 2 * 3

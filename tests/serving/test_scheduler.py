@@ -11,7 +11,6 @@ from spacy_elmo.serving.scheduler import (
     Turns,
     Waiting,
     after_failure,
-    batches_in_order,
     join_wait,
     lone_batches,
     pause_due,
@@ -129,13 +128,6 @@ def test_one_call_alone_runs_largest_first_in_batches_under_the_bound():
 def test_one_call_alone_runs_an_item_over_the_bound_alone():
     assert lone_batches([52, 3], 10) == [[0], [1]]
 
-
-def test_a_run_with_autograd_keeps_its_items_in_order_in_padded_batches_within_the_bound():
-    # 5, 3: 2 rows x 5 = 10; with 4: 3 x 5 = 15 > 12. 4, 10: 2 x 10 = 20. 10 alone (over the bound with any
-    # other). 2, 2, 2: 3 x 2 = 6.
-    assert batches_in_order([5, 3, 4, 10, 2, 2, 2], 12) == [range(0, 2), range(2, 3), range(3, 4), range(4, 7)]
-    assert batches_in_order([52, 3], 10) == [range(0, 1), range(1, 2)]
-    assert batches_in_order([], 10) == []
 
 
 @pytest.mark.parametrize("settings", [{"batch_wait_ms": -1}, {"batch_wait_ms": "5"}, {"batch_wait_ms": True},
