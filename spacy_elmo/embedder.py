@@ -134,17 +134,12 @@ def _sentence_tokens(sentence: Sentence, position: int) -> List[str]:
     texts = list(tokens)
     if set(map(type, texts)) <= {str}:  # the usual case, checked at C speed
         return texts
-    return [_token_text(token, index, where) for index, token in enumerate(texts)]
-
-
-def _token_text(token: Union[str, Token], index: int, where: str) -> str:
-    """A token's text: a str as it is, a spaCy Token's ``.text``; anything else is a TypeError naming it."""
-    if isinstance(token, Token):
-        return token.text
-    if isinstance(token, str):
-        return token
-    deeper = "; a sentence nested one level too deep?" if isinstance(token, (list, tuple, Doc, Span)) else ""
-    raise TypeError(f"spacy_elmo.ElmoEmbedder: token {index} of {where} is {_describe(token)}; tokens must be str (or spaCy Tokens){deeper}")
+    for index, token in enumerate(texts):  # a spaCy Token gives its text; anything else but a str is refused
+        if not isinstance(token, (str, Token)):
+            deeper = "; a sentence nested one level too deep?" if isinstance(token, (list, tuple, Doc, Span)) else ""
+            found = f"token {index} of {where} is {_describe(token)}"
+            raise TypeError(f"spacy_elmo.ElmoEmbedder: {found}; tokens must be str (or spaCy Tokens){deeper}")
+    return [token.text if isinstance(token, Token) else token for token in texts]
 
 
 def _describe(value: object) -> str:

@@ -131,15 +131,12 @@ def replace_listener_cfg(
         raise ElmoPipelineError(
             f"replace_listeners: expected a 'spacy_elmo.ElmoListener.v1' block, found {listener_cfg.get('@architectures')!r}"
         )
-    new_cfg = {key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")}
-    new_cfg.update(
-        {
-            "@architectures": "spacy_elmo.ElmoEmbedding.v2",
-            "bilm": {"@architectures": ARCHITECTURE, **{key: getattr(settings, key) for key in BILM_SETTINGS}},
-            **{key: getattr(settings, key) for key in settings_in(EMBEDDING)},
-        }
-    )
-    return new_cfg
+    return {
+        **{key: value for key, value in listener_cfg.items() if key not in ("@architectures", "upstream")},
+        "@architectures": "spacy_elmo.ElmoEmbedding.v2",
+        "bilm": {"@architectures": ARCHITECTURE, **{key: getattr(settings, key) for key in BILM_SETTINGS}},
+        **{key: getattr(settings, key) for key in settings_in(EMBEDDING)},
+    }
 
 
 def check_owner_settings(keys: Iterable[str], owner: str, own: Sequence[str]) -> None:
@@ -181,8 +178,7 @@ def load_bilm_weights(model: Model) -> ElmoRuntime:
     """(Re)load the biLM from the files its settings name (none: the embedded model), on thinc's device; cached
     layers of other weights go."""
     runtime = _shim(model).load()
-    set_bilm_dims(model)
-    layer_cache(model).clear()
+    _weights_loaded(model)
     return runtime
 
 
@@ -197,9 +193,7 @@ def load_bilm_bytes(model: Model, data: bytes, source: str) -> None:
         raise ElmoWeightsError(f"The saved ELMo biLM in {source} is damaged ({err}); save the pipeline again") from None
     for key in LEGACY_SETTING_ATTRS:
         model.attrs.pop(key, None)
-    layer_cache(model).clear()
-    if is_loaded(model):
-        set_bilm_dims(model)
+    _weights_loaded(model)
 
 
 def load_bilm_file(model: Model, path: Path) -> None:
@@ -224,11 +218,14 @@ def runtime_of(model: Model) -> ElmoRuntime:
     return load_bilm_weights(model) if runtime is None else runtime
 
 
-def set_bilm_dims(model: Model) -> None:
-    """Set the model's dims (``nO`` width, ``nL`` layers) to its loaded biLM's."""
-    options = _shim(model).runtime.options
-    model.set_dim("nO", options.output_dim, force=True)
-    model.set_dim("nL", options.n_output_layers, force=True)
+def _weights_loaded(model: Model) -> None:
+    """After new weights: cached layers of other weights go, and the model's dims (``nO`` width, ``nL`` layers)
+    become its biLM's, if it holds one."""
+    layer_cache(model).clear()
+    if is_loaded(model):
+        options = _shim(model).runtime.options
+        model.set_dim("nO", options.output_dim, force=True)
+        model.set_dim("nL", options.n_output_layers, force=True)
 
 
 def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[Any] = None) -> None:
@@ -245,8 +242,7 @@ def doc_layers(model: Model, docs: Sequence[Doc], fresh: bool = False) -> List[F
     """Per Doc, its layers ``(n_layers + 1, len(doc), dim)``, each an array of its own on the biLM's device (cupy on
     GPU: the layers reach a listener there without a trip through the host), computed by the runtime without
     autograd (``fresh``: a stateful biLM from its initial state, its carried state left as it is)."""
-    runtime = runtime_of(model)
-    words, per_doc = _doc_segments(runtime, docs)
+    runtime, words, per_doc = _doc_segments(model, docs)
     return [torch2xp(x) for x in runtime.layers(words, per_doc, fresh, on_device=True)]
 
 
@@ -254,15 +250,15 @@ def doc_mixes(model: Model, docs: Sequence[Doc], weights: MixWeights, spare_colu
     """Per Doc, ``sum_j weights[j] * layer_j``, ``(len(doc), dim)``, summed as the biLM makes each layer, so that the
     layers are never held (what the ``elmo`` component stores when no listener reads layers); ``spare_columns`` as in
     :meth:`~spacy_elmo.runtime.ElmoRuntime.mixed`."""
-    runtime = runtime_of(model)
-    words, per_doc = _doc_segments(runtime, docs)
+    runtime, words, per_doc = _doc_segments(model, docs)
     return runtime.mixed(words, weights, per_doc, spare_columns)
 
 
-def _doc_segments(runtime: ElmoRuntime, docs: Sequence[Doc]) -> Tuple[List[List[str]], List[int]]:
-    """The biLM inputs of ``docs`` (their windows' words) and how many belong to each Doc."""
+def _doc_segments(model: Model, docs: Sequence[Doc]) -> Tuple[ElmoRuntime, List[List[str]], List[int]]:
+    """The model's runtime, the biLM inputs of ``docs`` (their windows' words) and how many belong to each Doc."""
+    runtime = runtime_of(model)
     windows, words = doc_windows(docs, runtime.settings.max_sentence_tokens)
-    return words, windows_per_sequence(windows, len(docs))
+    return runtime, words, windows_per_sequence(windows, len(docs))
 
 
 def _trained_layers(model: Model, docs: Sequence[Doc]) -> Tuple[List[FloatsXd], Callable]:

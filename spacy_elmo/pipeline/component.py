@@ -238,15 +238,14 @@ class Elmo(TrainablePipe):
         if nothing is stored or listens."""
         docs = list(docs)
         need_layers = self.handoff.begin_batch() or self.store_layers
-        need_vectors = self.store_vectors
-        if not docs or not (need_layers or need_vectors):
+        if not docs or not (need_layers or self.store_vectors):
             return [ElmoOutput(None, None) for _ in docs]
         if not need_layers:
             spare = SPARE_COLUMNS if self.set_tensor else 0  # doc.tensor's mark column, without a copy
             return [ElmoOutput(None, vectors) for vectors in doc_mixes(self.model, docs, self.mix_weights, spare)]
         to_numpy, weights = self.model.ops.to_numpy, self.mix_weights
         layers = self.model.predict(docs)
-        return [ElmoOutput(x, mix_layers(weights, to_numpy(x)) if need_vectors else None) for x in layers]
+        return [ElmoOutput(x, mix_layers(weights, to_numpy(x)) if self.store_vectors else None) for x in layers]
 
     @property
     def mix_weights(self) -> MixWeights:
@@ -259,7 +258,9 @@ class Elmo(TrainablePipe):
     def set_annotations(self, docs: Sequence[Doc], outputs: Sequence[ElmoOutput]) -> None:
         """Leave what :meth:`predict` computed on each Doc (``doc_rows.py``; a record with no rows still says that
         the component ran on it), and hand the layers to the listeners."""
-        hooks = self._installs_hooks()
+        # Hooks read the stored vectors; a worker of nlp.pipe(n_process > 1) sends its Docs back as bytes, which drop
+        # hooks (spaCy warns W109 for each worker), so it does not install them.
+        hooks = self.vector_hooks and self.store_vectors and not in_spacy_worker()
         with_layers = [(doc, output.layers) for doc, output in zip(docs, outputs) if output.layers is not None]
         self.handoff.put([doc for doc, _ in with_layers], [x for _, x in with_layers])
         for doc, (layers, vectors) in zip(docs, outputs):
@@ -267,11 +268,6 @@ class Elmo(TrainablePipe):
             put_rows(doc, vectors if self.store_vectors else None, stored_layers, in_tensor=self.set_tensor)
             if hooks and vectors is not None:
                 set_vector_hooks(doc, vectors.shape[1])
-
-    def _installs_hooks(self) -> bool:
-        """Hooks read the stored vectors; a worker of ``nlp.pipe(n_process > 1)`` sends its Docs back as bytes,
-        which drop hooks (spaCy warns W109 for each worker), so it does not install them."""
-        return self.vector_hooks and self.store_vectors and not in_spacy_worker()
 
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (``stateful = true``)."""
@@ -333,19 +329,16 @@ class Elmo(TrainablePipe):
         check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, self.runtime.options.n_output_layers)
         self._after_load()
 
-    # --- serialization: the model's bytes hold the weights; the config holds the settings ---
+    # --- serialization: the model's bytes hold the weights (saving reads the weight files first if nothing did yet,
+    # so that a saved pipeline carries them); the config holds the settings ---
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
-        self._ensure_loaded()
+        runtime_of(self.model)
         return super().to_bytes(exclude=exclude)
 
     def to_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> None:
-        self._ensure_loaded()
-        super().to_disk(path, exclude=exclude)
-
-    def _ensure_loaded(self) -> None:
-        """Read the weight files now if nothing did yet, so that a saved pipeline carries the weights."""
         runtime_of(self.model)
+        super().to_disk(path, exclude=exclude)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         """As ``TrainablePipe.from_bytes`` (the bytes are decoded once), with the biLM read by ``load_bilm_bytes``.

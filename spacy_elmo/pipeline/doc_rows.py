@@ -66,9 +66,8 @@ def put_rows(doc: Doc, vectors: Optional[np.ndarray], layers: Optional[np.ndarra
     if in_tensor and kept is not None:
         block = Block(kept.shape[-1], vectors is not None, 0 if layers is None else len(layers))
         vectors, layers = _into_tensor(doc, block, vectors, layers)
-    record: Dict[str, Any] = {}
-    if kept is not None:
-        record.update({kind: rows for kind, rows in ((VECTORS, vectors), (LAYERS, layers)) if rows is not None})
+    record: Dict[str, Any] = {kind: rows for kind, rows in ((VECTORS, vectors), (LAYERS, layers)) if rows is not None}
+    if record:
         record["tokens"] = token_table(doc)
     doc.user_data[("._.", f"{RECORD}/{os.urandom(8).hex()}", 0, _text_length(doc))] = record
 
@@ -86,8 +85,7 @@ def _into_tensor(
         doc.tensor = base
         return vectors, None
     tensor = np.empty((n, start + block.columns), dtype=np.float32)
-    if start:
-        tensor[:, :start] = earlier
+    tensor[:, :start] = earlier
     if vectors is not None:
         tensor[:, start : start + block.width] = vectors
         vectors = tensor[:, start : start + block.width]

@@ -31,10 +31,8 @@ class LayerCache:
 
     def get(self, key: Key) -> Optional[FloatsXd]:
         found = self._store.get(key)
-        if found is None:
-            self.misses += 1
-        else:
-            self.hits += 1
+        self.hits += found is not None
+        self.misses += found is None
         return found
 
     def add(self, key: Key, layers: FloatsXd) -> bool:

@@ -159,13 +159,6 @@ def unlink(node: Model, handoff: LayerHandoff) -> None:
     handoff.unlink(node.id)
 
 
-def release_layers(node: Model, doc: Doc) -> None:
-    """Let the ``elmo`` components stop holding ``doc``'s layers for this listener, unread (it got them another way:
-    a training batch)."""
-    for handoff in listener_state(node).handoffs:
-        handoff.take(doc, node.id)
-
-
 def read_layers(node: Model, docs: List[Doc]) -> List[Optional[Floats3d]]:
     """This listener's layers of each Doc (None where no ``elmo`` component annotated the Doc).
 
@@ -178,18 +171,15 @@ def read_layers(node: Model, docs: List[Doc]) -> List[Optional[Floats3d]]:
     for doc in docs:
         if id(doc) not in by_doc:
             layers = next((x for x in (h.take(doc, node.id) for h in handoffs) if x is not None), None)
-            by_doc[id(doc)] = layers if layers is not None else _stored_layers(doc)
+            if layers is None:
+                found = doc_rows(doc, LAYERS)
+                layers = found.rows if found is not None and found.present.all() else None
+            by_doc[id(doc)] = layers
     again = list({id(doc): doc for doc in docs if by_doc[id(doc)] is None and annotated(doc)}.values())
     if again and handoffs:
         _warn_once(node, RUN_AGAIN)
-        for doc, layers in zip(again, doc_layers(handoffs[0].source, again, fresh=True)):
-            by_doc[id(doc)] = layers
+        by_doc.update(zip(map(id, again), doc_layers(handoffs[0].source, again, fresh=True)))
     return [by_doc[id(doc)] for doc in docs]
-
-
-def _stored_layers(doc: Doc) -> Optional[Floats3d]:
-    found = doc_rows(doc, LAYERS)
-    return found.rows if found is not None and found.present.all() else None
 
 
 def _warn_once(node: Model, message: str) -> None:
@@ -280,8 +270,9 @@ def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Li
     state = listener_state(model)
     if is_train and state.batch_id is not None:
         state.verify_inputs(docs)
-        for doc in docs:  # an annotating upstream component also left them per Doc: this batch came by receive()
-            release_layers(model, doc)
+        for doc in docs:  # this batch came by receive(): let go, unread, the layers an annotating upstream left per Doc
+            for handoff in state.handoffs:
+                handoff.take(doc, model.id)
         outputs, upstream_backprop = state.outputs, state.backprop
         if upstream_backprop is frozen_backprop:
             state.clear_batch()  # nothing flows back to a frozen biLM: the batch is the mix's from here on
