@@ -372,17 +372,14 @@ class Elmo(nn.Module):
         layers, mask = output["activations"], output["mask"]
         # Position t of the output without markers is token t, inside its sentence while t + 2 is inside the mask.
         kept = mask if self._keep_sentence_boundaries else mask[:, 2:]
+        shape = leading[:-1] + (kept.shape[-1],)
         representations = []
         for mix in self._scalar_mixes:
             mixed = mix(layers, mask)
             if not self._keep_sentence_boundaries:
                 mixed = mixed[:, 1:-1].masked_fill(~kept.unsqueeze(-1), 0.0)
-            representations.append(self._dropout(mixed))
-        shape = leading[:-1] + (kept.shape[-1],)
-        return {
-            "elmo_representations": [r.reshape(shape + (r.shape[-1],)) for r in representations],
-            "mask": kept.reshape(shape),
-        }
+            representations.append(self._dropout(mixed).reshape(shape + (mixed.shape[-1],)))
+        return {"elmo_representations": representations, "mask": kept.reshape(shape)}
 
 
 # AllenNLP's private name, which some programs import.

@@ -34,11 +34,9 @@ class Shard:
     def parse(cls, spec: str, environ: Mapping[str, str] = os.environ) -> "Shard":
         """``"i/n"``, or ``"auto"``: ``RANK``/``WORLD_SIZE`` as set by torchrun (``0/1`` when unset)."""
         try:
-            if spec == "auto":
-                shard = cls(int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1")))
-            else:
-                index, count = spec.split("/")
-                shard = cls(int(index), int(count))
+            torchrun = (environ.get("RANK", "0"), environ.get("WORLD_SIZE", "1"))
+            index, count = torchrun if spec == "auto" else spec.split("/")
+            shard = cls(int(index), int(count))
         except ValueError:
             raise EmbedError(f"--shard must be 'i/n' (e.g. 0/4) or 'auto', found {spec!r}") from None
         if not 0 <= shard.index < shard.count:

@@ -133,7 +133,7 @@ def default_config(preset_name: str = "tiny") -> Config:
     options = preset(preset_name)
     model = {name: getattr(options, name) for name in ModelSection.model_fields}
     model["filters"] = [list(f) for f in options.filters]
-    defaults = {k: v for k, v in TrainingSection().model_dump().items()}
+    defaults = TrainingSection().model_dump()
     if preset_name == "tiny":
         # Trained for well under one epoch of a large corpus: no overfitting to fight, so no dropout.
         defaults["dropout"] = 0.0

@@ -7,8 +7,9 @@ continues with exactly the batches the interrupted one would have seen.
 import glob
 import gzip
 import random
+from itertools import islice
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -32,14 +33,19 @@ def resolve_files(spec: str) -> List[Path]:
 
 def read_sentences(spec: str, tokenize: Tokenizer, max_tokens: int, limit: Optional[int] = None) -> List[List[str]]:
     """The first ``limit`` tokenised sentences of the files, in order (held-out evaluation)."""
-    sentences: List[List[str]] = []
-    for path in resolve_files(spec):
+    return list(islice(file_sentences(resolve_files(spec), tokenize, max_tokens, None), limit))
+
+
+def file_sentences(
+    files: Sequence[Path], tokenize: Tokenizer, max_tokens: int, max_lines: Optional[int]
+) -> Iterable[List[str]]:
+    """Tokenised sentences of ``files``, in order: up to ``max_lines`` lines (None: all), spread evenly over ``files``
+    (the vocabulary's word counts read a sample)."""
+    per_file = None if max_lines is None else max(1, max_lines // len(files))
+    for path in files:
         with open_text(path) as f:
-            for line in f:
-                sentences.extend(split_long(tokenize(line.strip()), max_tokens))
-                if limit is not None and len(sentences) >= limit:
-                    return sentences[:limit]
-    return sentences
+            for line in islice(f, per_file):
+                yield from split_long(tokenize(line.strip()), max_tokens)
 
 
 class LineStore:

@@ -30,9 +30,9 @@ from ..model.options import ElmoOptions
 from ..util.text import make_tokenizer
 from ..formats.weights import load_files, save_files
 from .config import ModelSection, PretrainConfig, bf16_support
-from .data import SentenceStream, read_sentences, resolve_files
+from .data import SentenceStream, file_sentences, read_sentences, resolve_files
 from .language_model import BiLanguageModel
-from .vocab import Vocab, count_sentences
+from .vocab import Vocab
 
 CHECKPOINT = "checkpoint.pt"
 SOFTMAX = "softmax.pt"  # a run kept without its checkpoint: the softmax, fp16 (scripts/export_softmax.py)
@@ -85,7 +85,7 @@ def _build_vocab(config: PretrainConfig, output_dir: Path, tokenize, rank: int) 
             shutil.copyfile(Path(config.initialize.run) / "vocab.txt", path)
         else:
             files = resolve_files(config.corpus.train)
-            sentences = count_sentences(files, tokenize, config.corpus.max_sentence_tokens, config.vocab.max_lines)
+            sentences = file_sentences(files, tokenize, config.corpus.max_sentence_tokens, config.vocab.max_lines)
             Vocab.build(sentences, config.vocab.size).to_file(path)
     _barrier()
     return Vocab.from_file(path)
@@ -396,8 +396,7 @@ class Trainer:
         """One optimizer step on this process's next batch; the batch's mean loss and the tokens it read."""
         training = self.config.training
         batch = self.stream.next_batch()
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if training.bf16 else nullcontext()
-        with autocast:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16) if training.bf16 else nullcontext():
             loss = self.ddp(batch)
         loss.mean.backward()
         if training.grad_clip > 0:

@@ -1,13 +1,12 @@
 """The word vocabulary the language model predicts: the most frequent training tokens."""
 from collections import Counter
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Sequence
 
 from ..errors import VocabularyError
 from ..util.files import atomic_write
 from ..model.chars import BOS_TOKEN, EOS_TOKEN
-from ..util.text import Tokenizer, open_text, split_long
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
@@ -48,13 +47,3 @@ class Vocab:
     def from_file(cls, path: Path) -> "Vocab":
         return cls(Path(path).read_text(encoding="utf-8").rstrip("\n").split("\n"))
 
-
-def count_sentences(
-    files: Sequence[Path], tokenize: Tokenizer, max_tokens: int, max_lines: Optional[int]
-) -> Iterable[List[str]]:
-    """Tokenised sentences for counting words: up to ``max_lines`` lines, spread evenly over ``files``."""
-    per_file = None if max_lines is None else max(1, max_lines // len(files))
-    for path in files:
-        with open_text(path) as f:
-            for line in islice(f, per_file):
-                yield from split_long(tokenize(line.strip()), max_tokens)

@@ -184,8 +184,12 @@ class RequestBatcher:
             outcomes = []
         finally:
             self._in_progress = None
-        with self._ready:
-            self._commit(plan, outcomes)
+        with self._ready:  # commit: the scheduler's turns, each call's results or error; the next leader may go
+            self._turns = plan.turns
+            if outcomes:  # none: the batch stopped, its calls all cancelled
+                self._deliver(outcomes)
+            self._leader = None
+            self._ready.notify_all()
         return True
 
     def pause_point(self) -> None:
@@ -256,15 +260,6 @@ class RequestBatcher:
             ]
         ends = itertools.accumulate(end - start for _, start, end in batch)
         return [(share, list(results[end - (share[2] - share[1]) : end]), None) for share, end in zip(batch, ends)]
-
-    def _commit(self, plan: Plan, outcomes: List[_Outcome]) -> None:
-        """The batch ran (or stopped, all its calls cancelled: no outcomes): take the scheduler's turns, give each
-        call its results or its error and let the next leader go. Under the lock."""
-        self._turns = plan.turns
-        if outcomes:  # none: the batch stopped, its calls all cancelled
-            self._deliver(outcomes)
-        self._leader = None
-        self._ready.notify_all()
 
     def _deliver(self, outcomes: List[_Outcome]) -> None:
         """Give each call of a batch that ran its results or its error (calls answered in full are done). Under the

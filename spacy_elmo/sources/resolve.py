@@ -76,10 +76,7 @@ def is_url(value: Optional[PathLike]) -> bool:
 def _url_key(url: str) -> str:
     """A URL without its scheme and AllenNLP's host, so that both S3 addresses of a file compare equal."""
     rest = url.split("://", 1)[1]
-    for prefix in ALLENNLP_PREFIXES:
-        if rest.startswith(prefix):
-            return rest[len(prefix):]
-    return rest
+    return next((rest[len(prefix):] for prefix in ALLENNLP_PREFIXES if rest.startswith(prefix)), rest)
 
 
 def published_name(options_file: Optional[PathLike], weight_file: Optional[PathLike]) -> Optional[str]:
