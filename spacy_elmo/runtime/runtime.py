@@ -289,7 +289,8 @@ class ElmoRuntime:
         lone_batches`: rows of like lengths, few LSTM steps), each output joined along its ``parts`` entry's dim and
         put back in the rows' order (each row's part ``sizes[row]`` long there; None: 1). Where autograd records,
         each piece is run again in the backward pass (torch's checkpoint), so that one piece's activations are held
-        at a time, not the batch's: the same gradients, for one more forward pass."""
+        at a time, not the batch's: the same gradients, for more time (BENCHMARKS.md, "Fine-tuning within the batch
+        budget")."""
         pieces = lone_batches(costs, self.settings.max_batch_tokens)
         if len(pieces) <= 1:
             return run(list(range(len(costs))))
