@@ -134,5 +134,4 @@ class ElmoEmbedder:
                 out.create_dataset(sentences[i] if use_sentence_keys else str(i), data=output.astype(np.float32))
             if not forget_sentences and not use_sentence_keys:
                 index = {line: str(i) for i, line in enumerate(sentences)}
-                dataset = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-                dataset[0] = json.dumps(index)
+                out.create_dataset("sentence_to_index", data=[json.dumps(index)], dtype=h5py.string_dtype())

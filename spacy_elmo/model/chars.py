@@ -8,11 +8,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-BOS_CHAR = 256 + 1
-EOS_CHAR = 257 + 1
-BOW_CHAR = 258 + 1
-EOW_CHAR = 259 + 1
-PAD_CHAR = 260 + 1
+# The markers past the 256 byte values, shifted by +1 as every id is.
+BOS_CHAR, EOS_CHAR, BOW_CHAR, EOW_CHAR, PAD_CHAR = (marker + 1 for marker in range(256, 261))
 
 BOS_TOKEN = "<S>"
 EOS_TOKEN = "</S>"

@@ -39,27 +39,23 @@ class TokenIds:
             self.pad_char = PAD_CHAR
         if self.words is not None:
             self.word_index = _index(self.words["words"])
-            self._word_boundaries = {
-                BOS_TOKEN: self.words["begin_of_sentence"],
-                EOS_TOKEN: self.words["end_of_sentence"],
-            }
+            bos, eos = self.words["begin_of_sentence"], self.words["end_of_sentence"]
+            self._word_boundaries = {BOS_TOKEN: bos, EOS_TOKEN: eos}
 
     def __call__(self, tokens: Sequence[str]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         char_ids = self._vocabulary_ids(tokens) if self.vocabulary is not None else tokens_to_ids(tokens, self.max_chars)
         return char_ids, (self._word_ids(tokens) if self.words is not None else None)
 
     def _vocabulary_ids(self, tokens: Sequence[str]) -> np.ndarray:
-        table, index = self.vocabulary, self.char_index
-        unknown = index[table["unknown"]]
+        table, index, cut = self.vocabulary, self.char_index, self.max_chars - 2
+        unknown, bow, eow = (index[table[name]] for name in ("unknown", "begin_of_word", "end_of_word"))
         ids = np.full((len(tokens), self.max_chars), self.pad_char, dtype=np.int64)
         for row, token in enumerate(tokens):
             boundary = self._boundaries.get(token)
-            chars = [index[boundary]] if boundary is not None else [
-                index.get(c, unknown) for c in token[: self.max_chars - 2]
-            ]
-            ids[row, 0] = index[table["begin_of_word"]]
+            chars = [index[boundary]] if boundary is not None else [index.get(c, unknown) for c in token[:cut]]
+            ids[row, 0] = bow
             ids[row, 1 : len(chars) + 1] = chars
-            ids[row, len(chars) + 1] = index[table["end_of_word"]]
+            ids[row, len(chars) + 1] = eow
         return ids
 
     def _word_ids(self, tokens: Sequence[str]) -> np.ndarray:
