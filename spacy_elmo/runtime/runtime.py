@@ -18,6 +18,7 @@ from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.load import SavedBiLm, load_encoder
 from ..util.threads import hold_threads, keep_held_threads
+from ..util.windows import token_views
 from ..serving import Policy, RequestBatcher, ServingCounts
 from ..serving.scheduler import longest_first
 from .settings import BiLmSettings
@@ -206,7 +207,7 @@ class ElmoRuntime:
             else:
                 output = np.empty(shape, dtype=np.float32)
             outputs.append(output)
-            places.extend(_split(output, sizes))
+            places.extend(token_views(output, sizes))
             first += count
         return outputs, places
 
@@ -226,8 +227,8 @@ class ElmoRuntime:
                 out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point, carry).float()
                 lengths, outs = [len(w) for w in words], [item.out for item in members]
                 wanted = {type(o) for o in outs}
-                host = _split(out.cpu().numpy(), lengths) if np.ndarray in wanted else None  # one host transfer
-                device = _split(out, lengths) if torch.Tensor in wanted else None
+                host = token_views(out.cpu().numpy(), lengths) if np.ndarray in wanted else None  # one host transfer
+                device = token_views(out, lengths) if torch.Tensor in wanted else None
                 for k, target in enumerate(outs):
                     if isinstance(target, np.ndarray):
                         target[...] = host[k]
@@ -276,9 +277,3 @@ class ElmoRuntime:
 def _segment_tokens(segment: Segment) -> int:
     """A segment's tokens in a biLM batch: its row, boundaries included (a batch costs its rows times the longest)."""
     return row_tokens(len(segment.words))
-
-
-def _split(host: Rows, lengths: List[int]) -> List[Rows]:
-    """Views of ``host``'s token axis (the second to last), one per length, in order."""
-    ends = np.cumsum(lengths)
-    return [host[..., end - length : end, :] for end, length in zip(ends, lengths)]
