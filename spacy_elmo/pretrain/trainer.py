@@ -256,7 +256,8 @@ class Trainer:
         self.model = BiLanguageModel(
             config.options(), self.vocab, config.objective.cutoffs, config.objective.div_value, training.dropout
         ).to(self.device)
-        for module, state in zip((self.model, self.model.bilm, self.model.softmax), initial):  # in InitialWeights order
+        modules = (self.model, self.model.bilm, self.model.softmax)
+        for module, state in zip(modules, (initial.model, initial.bilm, initial.softmax)):
             if state is not None:
                 module.load_state_dict(state)
         self.ddp: torch.nn.Module = self.model

@@ -22,6 +22,7 @@ from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
 from ..sources.load import SavedBiLm, load_encoder
 from ..util.threads import KEEP_HINT, hold_threads, keep_held_threads
+from ..util.windows import token_views
 from ..serving import Policy, RequestBatcher, ServingCounts
 from ..serving.scheduler import lone_batches, longest_first
 from .settings import BiLmSettings
@@ -211,7 +212,7 @@ class ElmoRuntime:
             else:
                 output = np.empty(shape, dtype=np.float32)
             outputs.append(output)
-            places.extend(_split(output, sizes))
+            places.extend(token_views(output, sizes))
             first += count
         return outputs, places
 
@@ -231,8 +232,8 @@ class ElmoRuntime:
                 out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point, carry).float()
                 lengths, outs = [len(w) for w in words], [item.out for item in members]
                 wanted = {type(o) for o in outs}
-                host = _split(out.cpu().numpy(), lengths) if np.ndarray in wanted else None  # one host transfer
-                device = _split(out, lengths) if torch.Tensor in wanted else None
+                host = token_views(out.cpu().numpy(), lengths) if np.ndarray in wanted else None  # one host transfer
+                device = token_views(out, lengths) if torch.Tensor in wanted else None
                 for k, target in enumerate(outs):
                     if isinstance(target, np.ndarray):
                         target[...] = host[k]
@@ -358,9 +359,3 @@ def _in_rows_order(joined: torch.Tensor, dim: int, order: List[int], sizes: Sequ
     start = {row: end - sizes[row] for row, end in zip(order, ends)}
     index = np.concatenate([np.arange(start[row], start[row] + sizes[row]) for row in range(len(sizes))])
     return joined.index_select(dim, torch.from_numpy(index).to(joined.device))
-
-
-def _split(host: Rows, lengths: List[int]) -> List[Rows]:
-    """Views of ``host``'s token axis (the second to last), one per length, in order."""
-    ends = np.cumsum(lengths)
-    return [host[..., end - length : end, :] for end, length in zip(ends, lengths)]

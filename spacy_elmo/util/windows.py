@@ -52,6 +52,11 @@ def join_windows(windows: Sequence[Window], packed: Layers, n_seqs: int) -> List
     lengths = [0] * n_seqs
     for window in windows:
         lengths[window.seq] += window.end - window.start
+    return token_views(packed, lengths)
+
+
+def token_views(packed: Layers, lengths: Sequence[int]) -> List[Layers]:
+    """Views of ``packed``'s token axis (the second to last), one per length, in order."""
     return [packed[..., end - length : end, :] for length, end in zip(lengths, accumulate(lengths))]
 
 
