@@ -47,19 +47,6 @@ class ElmoOutput(TypedDict):
     mask: torch.Tensor
 
 
-def allennlp_settings(
-    options_file: Optional[PathLike], weight_file: Optional[PathLike], requires_grad: bool, extra: Dict[str, Any]
-) -> BiLmSettings:
-    """The biLM settings of AllenNLP's arguments and the ``extra`` keywords (checked once, by BiLmSettings)."""
-    unknown = sorted(set(extra) - set(EXTRA_SETTINGS))
-    if unknown:
-        raise ElmoSettingsError(
-            f"unknown ELMo setting(s) {unknown}: beyond AllenNLP's arguments, these classes take "
-            f"{', '.join(EXTRA_SETTINGS)}"
-        )
-    return ALLENNLP_SETTINGS.replace(options_file=options_file, weight_file=weight_file, frozen=not requires_grad, **extra)
-
-
 def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
     """Character ids of tokenised sentences, ``(len(batch), longest sentence, 50)`` int64, as AllenNLP makes them.
 
@@ -112,7 +99,15 @@ class ElmoBiLm(nn.Module):
         **settings: Any,
     ):
         super().__init__()
-        self.settings = allennlp_settings(options_file, weight_file, requires_grad, settings)
+        unknown = sorted(set(settings) - set(EXTRA_SETTINGS))
+        if unknown:
+            raise ElmoSettingsError(
+                f"unknown ELMo setting(s) {unknown}: beyond AllenNLP's arguments, these classes take "
+                f"{', '.join(EXTRA_SETTINGS)}"
+            )
+        self.settings = ALLENNLP_SETTINGS.replace(  # checked once, by BiLmSettings
+            options_file=options_file, weight_file=weight_file, frozen=not requires_grad, **settings
+        )
         self.runtime = ElmoRuntime.load(self.settings, device)  # the settings applied as for every entry point
         self.encoder = self.runtime.encoder
         _check_byte_model(self.encoder, options_file)

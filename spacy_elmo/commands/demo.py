@@ -51,11 +51,6 @@ SENSES: Dict[str, Dict[str, List[str]]] = {
 }
 
 
-def layer_name(k: int) -> str:
-    """How the demo names biLM layer ``k`` (0: the context-free token layer)."""
-    return "layer 0 (characters only)" if k == 0 else f"layer {k} (biLSTM {k})"
-
-
 def occurrences(nlp, word: str) -> Tuple[List[str], List[str], Dict[str, np.ndarray]]:
     """Every sentence with ``word``, its sense, and the word's vectors there by name: the component's default
     ``Token._.elmo``, then each layer; each ``(n, dim)``."""
@@ -67,10 +62,9 @@ def occurrences(nlp, word: str) -> Tuple[List[str], List[str], Dict[str, np.ndar
             senses.append(sense)
             default.append(token._.elmo)
             layers.append(doc._.elmo_layers[:, token.i])
-    mix = nlp.get_pipe("elmo").mix
-    stacked = np.stack(layers, axis=1)
-    views = {f"default mix ({mix!r})": np.stack(default)}
-    views.update((layer_name(k), stacked[k]) for k in range(len(stacked)))
+    views = {f"default mix ({nlp.get_pipe('elmo').mix!r})": np.stack(default)}
+    for k, layer in enumerate(np.stack(layers, axis=1)):
+        views["layer 0 (characters only)" if k == 0 else f"layer {k} (biLSTM {k})"] = layer
     return sentences, senses, views
 
 

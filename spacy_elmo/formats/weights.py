@@ -258,10 +258,9 @@ def load_bilm(options: ElmoOptions, weights: Source) -> BiLm:
     """
     arrays = _read_datasets(weights, options)
     model = BiLm(options)
-    entries = layout(options)
     with torch.no_grad():
-        for key, array in arrays.items():
-            entries[key].put(model, torch.from_numpy(array.astype(np.float32)))
+        for key, entry in layout(options).items():
+            entry.put(model, torch.from_numpy(arrays[key].astype(np.float32)))
     model.weights_dtype = "float16" if all(array.dtype == np.float16 for array in arrays.values()) else "float32"
     model.eval()
     check_outputs(model, _name(weights))

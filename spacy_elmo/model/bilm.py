@@ -70,10 +70,9 @@ class BiLm(nn.Module):
     def __init__(self, options: ElmoOptions):
         super().__init__()
         self.options = options
-        vocabulary = options.char_vocabulary is not None
         self.char_cnn = CharCNN(
             options.filters,
-            n_characters=options.n_characters if vocabulary else 262,
+            n_characters=options.n_characters if options.char_vocabulary is not None else 262,
             embedding_dim=options.char_embedding_dim,
             max_chars=options.max_characters_per_token,
             activation=options.activation,

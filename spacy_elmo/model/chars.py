@@ -32,11 +32,9 @@ def first_truncated(tokens: Iterable[str], max_chars: int) -> Optional[str]:
     The markers ``<S>``/``</S>`` are never cut, whatever their length.
     """
     limit = max_chars - 2
-    for token in tokens:
-        # A code point is at most 4 bytes, so most tokens are ruled out without encoding them.
-        if len(token) * 4 > limit and n_bytes(token) > limit and token not in (BOS_TOKEN, EOS_TOKEN):
-            return token
-    return None
+    # A code point is at most 4 bytes, so most tokens are ruled out without encoding them.
+    too_long = (t for t in tokens if len(t) * 4 > limit and n_bytes(t) > limit and t not in (BOS_TOKEN, EOS_TOKEN))
+    return next(too_long, None)
 
 
 def token_to_ids(token: str, max_chars: int = 50) -> np.ndarray:

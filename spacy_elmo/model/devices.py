@@ -13,7 +13,15 @@ def check_device(name: str) -> torch.device:
     except RuntimeError:
         raise ElmoSettingsError(f"{name!r} is not a torch device; give cpu, cuda or cuda:N") from None
     if device.type == "cuda":
-        _check_cuda(name, device)
+        if not torch.cuda.is_available():
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
+            raise ElmoSettingsError(f"device {name!r} is not available here: {why}; use cpu")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ElmoSettingsError(
+                f"device {name!r} is not available here: this machine has {count} CUDA device(s), "
+                f"cuda:0 to cuda:{count - 1}"
+            )
     elif device.type == "meta":
         raise ElmoSettingsError(f"device {name!r} holds no data, so nothing can run there; give cpu, cuda or cuda:N")
     elif device.type != "cpu":
@@ -23,13 +31,3 @@ def check_device(name: str) -> torch.device:
             raise ElmoSettingsError(f"device {name!r} is not available here: this torch cannot use it; use cpu") from None
     return device
 
-
-def _check_cuda(name: str, device: torch.device) -> None:
-    if not torch.cuda.is_available():
-        why = "this torch is built without CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
-        raise ElmoSettingsError(f"device {name!r} is not available here: {why}; use cpu")
-    count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
-        raise ElmoSettingsError(
-            f"device {name!r} is not available here: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
-        )

@@ -21,10 +21,9 @@ def learned_mix(
     one tensor ``(n_layers, ..., dim)``. With ``layer_norm`` each layer is first normalised by one mean and one
     variance over the positions ``mask`` (``layers[j].shape[:-1]``, bool; None: all) and every dimension; padded
     positions are normalised with the same numbers, as in AllenNLP."""
-    weights = torch.softmax(scalars, dim=0)
     if layer_norm:
         layers = [normalised(layer, mask) for layer in layers]
-    return gamma * sum(weight * layer for weight, layer in zip(weights, layers))
+    return gamma * sum(weight * layer for weight, layer in zip(torch.softmax(scalars, dim=0), layers))
 
 
 def normalised(layer: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:

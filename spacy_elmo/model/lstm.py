@@ -38,11 +38,9 @@ class LstmWithProjection(nn.Module):
         self.w_hidden = nn.Parameter(torch.empty(projection_dim, 4 * cell_dim))
         self.bias = nn.Parameter(torch.zeros(4 * cell_dim))
         self.w_proj = nn.Parameter(torch.empty(cell_dim, projection_dim))
-        forget = torch.zeros(4 * cell_dim)
-        forget[2 * cell_dim : 3 * cell_dim] = 1.0
+        forget = torch.tensor([0.0, 0.0, 1.0, 0.0]).repeat_interleave(cell_dim)  # per gate: i, j, f, o
         self.register_buffer("_forget_offset", forget, persistent=False)
-        gate_scale = torch.ones(4 * cell_dim)
-        gate_scale[cell_dim : 2 * cell_dim] = 2.0  # j, whose tanh is 2 sigmoid(2j) - 1
+        gate_scale = torch.tensor([1.0, 2.0, 1.0, 1.0]).repeat_interleave(cell_dim)  # j: tanh(j) = 2 sigmoid(2j) - 1
         self.register_buffer("_gate_scale", gate_scale, persistent=False)
         # Products at a reduced precision, by name ("input", "hidden", "projection"); see :meth:`set_precision`.
         self.low_precision: Dict[str, LowPrecisionLinear] = {}

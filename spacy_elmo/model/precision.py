@@ -77,15 +77,19 @@ class LowPrecisionLinear:
 
     def __call__(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``x @ weight + bias``, plus ``addend`` (broadcastable to ``(rows, out)``) when given."""
-        rows = x.reshape(1, -1, self.in_features)
-        out = rows.new_empty(1, rows.shape[1], self.out_features)
-        return self.products([self], rows, [self.shift(addend)], out, None).view(*x.shape[:-1], self.out_features)
+        added = None if addend is None else addend[None]  # the addend of this one kernel
+        return stacked_linear([self], x.reshape(1, -1, self.in_features), added).view(*x.shape[:-1], self.out_features)
 
     def shift(self, addend: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """What is added to the product: the bias and ``addend``, either, or None."""
         if addend is None:
             return self.bias
         return addend if self.bias is None else addend + self.bias
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ weight`` for ``x`` ``(rows, in)``, what this class's :meth:`products` adds each shift to (a class
+        with products of its own, :class:`Int8Linear`, has none)."""
+        raise NotImplementedError
 
     @staticmethod
     def products(
@@ -95,29 +99,26 @@ class LowPrecisionLinear:
         """``out[d] = x[d] @ W_d + shifts[d]`` for kernels of this class, ``x`` ``(len(kernels), rows, in)``; adding
         and writing in the product's last pass saves passes over the output. ``scratch``: buffers that the
         products of one call (e.g. every step of an LSTM) share, see :func:`stacked_linear`."""
-        raise NotImplementedError
+        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
+            product = kernel.product(x[d])
+            if shift is None:
+                out[d].copy_(product)
+            else:
+                torch.add(shift, product, out=out[d])  # promotes a bf16 or fp16 product to float32
+        return out
 
 
 class FloatLinear(LowPrecisionLinear):
-    """Weights stored as bf16 or fp16; each product rounds its input to that type and returns float32."""
+    """Weights stored as bf16 or fp16 (float32 for :class:`RowExactLinear`); each product rounds its input to that type
+    and returns float32."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], dtype: torch.dtype):
         super().__init__(weight, bias)
         self.dtype = dtype
         self.weight = weight.detach().to(dtype).contiguous()
 
-    @staticmethod
-    def products(
-        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
-        out: torch.Tensor, scratch: Optional[Scratch],
-    ) -> torch.Tensor:
-        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
-            product = torch.mm(x[d].to(kernel.dtype), kernel.weight)
-            if shift is None:
-                out[d].copy_(product)
-            else:
-                torch.add(shift, product, out=out[d])  # promotes to float32
-        return out
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x.to(self.dtype), self.weight)
 
 
 class Int8Linear(LowPrecisionLinear):
@@ -287,7 +288,7 @@ def _has_kernel(name: str) -> bool:
     return INT8_KERNELS[name].available()
 
 
-class RowExactLinear(LowPrecisionLinear):
+class RowExactLinear(FloatLinear):
     """A float32 product beside reduced ones (int8's token projection), each row's result the same whatever other rows
     ``x`` holds: products of exactly :data:`ROW_BLOCK` rows, the last one padded with zeros.
 
@@ -297,24 +298,10 @@ class RowExactLinear(LowPrecisionLinear):
     difference there into one of 1e-2: with every product the same shape, the token vectors do not differ at all.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
-        super().__init__(weight, bias)
-        self.weight = weight.detach().float().contiguous()
-
-    @staticmethod
-    def products(
-        kernels: Sequence[LowPrecisionLinear], x: torch.Tensor, shifts: Sequence[Optional[torch.Tensor]],
-        out: torch.Tensor, scratch: Optional[Scratch],
-    ) -> torch.Tensor:
-        rows = x.shape[1]
-        for d, (kernel, shift) in enumerate(zip(kernels, shifts)):
-            padded = torch.nn.functional.pad(x[d], (0, 0, 0, -rows % ROW_BLOCK))  # a copy: blocks start aligned alike
-            product = torch.cat([torch.mm(block, kernel.weight) for block in padded.split(ROW_BLOCK)])[:rows]
-            if shift is None:
-                out[d].copy_(product)
-            else:
-                torch.add(shift, product, out=out[d])
-        return out
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        padded = torch.nn.functional.pad(x, (0, 0, 0, -rows % ROW_BLOCK))  # a copy: blocks start aligned alike
+        return torch.cat([torch.mm(block, self.weight) for block in padded.split(ROW_BLOCK)])[:rows]
 
 
 # The rounded rows' range: integers in [-LEVELS, LEVELS]; fbgemm's pinning columns; oneDNN's zero point.
@@ -355,7 +342,7 @@ def low_precision_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], pre
     if precision == "int8":
         return Int8Linear(weight, bias)
     if precision == DEFAULT_PRECISION:
-        return RowExactLinear(weight, bias)
+        return RowExactLinear(weight, bias, torch.float32)
     return FloatLinear(weight, bias, _FLOAT_TYPES[precision])
 
 

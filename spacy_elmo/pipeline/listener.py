@@ -93,11 +93,6 @@ class ListenerState:
         """Let go of the training batch (its layers and the backprop that holds the biLM's graph)."""
         self.batch_id = self.outputs = self.backprop = None
 
-    def verify_inputs(self, docs: List[Doc]) -> None:
-        found = batch_id(docs)
-        if found != self.batch_id:
-            raise ElmoPipelineError(Errors.E953.format(id1=found, id2=self.batch_id))
-
 
 @serialize_attr.register(ListenerState)
 def _serialize_state(_: ListenerState, value: ListenerState, name: str, model: Model) -> bytes:
@@ -269,7 +264,8 @@ def unlinked_message(upstream: str) -> str:
 def _listener_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     state = listener_state(model)
     if is_train and state.batch_id is not None:
-        state.verify_inputs(docs)
+        if (found := batch_id(docs)) != state.batch_id:  # not the batch it received
+            raise ElmoPipelineError(Errors.E953.format(id1=found, id2=state.batch_id))
         for doc in docs:  # this batch came by receive(): let go, unread, the layers an annotating upstream left per Doc
             for handoff in state.handoffs:
                 handoff.take(doc, model.id)

@@ -52,8 +52,7 @@ def _init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d
 def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
     layers, backprop_layers = model.layers[0](docs, is_train)
     wants_input_grad = is_train and backprop_layers is not frozen_backprop
-    scalars = xp2torch(model.get_param("scalars"), requires_grad=is_train)
-    gamma = xp2torch(model.get_param("gamma"), requires_grad=is_train)
+    scalars, gamma = (xp2torch(model.get_param(name), requires_grad=is_train) for name in ("scalars", "gamma"))
     inputs = [xp2torch(X, requires_grad=wants_input_grad) for X in layers]
     rate = model.attrs["mix_dropout"] if is_train else 0.0
     with torch.set_grad_enabled(is_train):

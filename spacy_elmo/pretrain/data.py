@@ -119,8 +119,7 @@ class SentenceStream:
 
     def _epoch_order(self) -> np.ndarray:
         """This rank's lines of the current epoch; the permutation is the same on every rank."""
-        permutation = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.lines))
-        return permutation[self.rank :: self.world_size]
+        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.lines))[self.rank :: self.world_size]
 
     def _next_line(self) -> str:
         if self.position >= len(self._order):

@@ -58,8 +58,7 @@ class BiLanguageModel(nn.Module):
 def _prediction_pairs(forward: torch.Tensor, backward: torch.Tensor, batch: TokenBatch, vocab: Vocab):
     """Rows of the top layer with the word each must predict: the next word going forward, the previous going back."""
     word_ids = np.asarray(vocab.encode(batch.types) + [0], dtype=np.int64)[batch.index]  # (B, T)
-    steps = batch.index.shape[1]
-    has_next = np.arange(steps)[None, :] < (batch.lengths[:, None] - 1)  # positions 0 .. len-2
+    has_next = np.arange(batch.index.shape[1])[None, :] < (batch.lengths[:, None] - 1)  # positions 0 .. len-2
     rows_fw = torch.from_numpy(has_next).to(forward.device)
     rows_bw = torch.from_numpy(np.roll(has_next, 1, axis=1)).to(forward.device)  # positions 1 .. len-1
     target_fw = torch.from_numpy(word_ids[:, 1:][has_next[:, :-1]])

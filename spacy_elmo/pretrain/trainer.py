@@ -125,8 +125,6 @@ def _read_run(run: Path, with_bilm: bool) -> InitialWeights:
 def read_initial_weights(config: PretrainConfig) -> InitialWeights:
     """Read what ``[initialize]`` names, checking that its architecture is the config's ``[model]``."""
     init = config.initialize
-    if init.run is None and init.options_file is None:
-        return InitialWeights()
     sources = []  # (options, where they were read) of each source, all checked against [model]
     try:
         weights = InitialWeights()

@@ -155,11 +155,10 @@ CATALOG: Dict[str, ModelEntry] = {
 def get_entry(name: str, catalog: Optional[Dict[str, ModelEntry]] = None) -> ModelEntry:
     """The catalogue entry called ``name``; an error listing the names otherwise."""
     catalog = CATALOG if catalog is None else catalog
-    entry = catalog.get(name)
-    if entry is None:
+    if name not in catalog:
         english = ", ".join(n for n, e in catalog.items() if e.kind == "allennlp")
         raise UnknownModelError(
             f"Unknown ELMo model {name!r}. Known: {english}, and manylangs-<code> for ELMoForManyLangs' languages. "
             f"See: python -m spacy_elmo list"
         )
-    return entry
+    return catalog[name]

@@ -18,6 +18,7 @@ import shutil
 import socket
 import urllib.error
 import urllib.request
+from contextlib import suppress
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -180,11 +181,8 @@ def download(
     entry = get_entry(name, catalog)
     folder = model_dir(name, cache)
     if not force:
-        try:
+        with suppress(NotDownloadedError):
             found = verify(name, cache, catalog)
-        except NotDownloadedError:
-            pass
-        else:
             log(f"{name} is already in the cache and intact (--force replaces it)")
             return found
     given = _given_files(entry, [Path(p) for p in local]) if local else None
@@ -223,15 +221,14 @@ def _given_files(entry: ModelEntry, paths: List[Path]) -> Dict[str, Path]:
         published = Path(entry.urls[role]).name
         fitting = [f for f in files if f.suffix.lower() in suffixes]
         named = [f for f in fitting if f.name == published]
-        if len(named) == 1 or len(fitting) == 1:
-            given[role] = (named or fitting)[0]
-            continue
-        where = ", ".join(str(p) for p in paths)
-        raise DownloadError(
-            f"{'No' if not fitting else 'More than one'} {'/'.join(suffixes)} file for the {role} of {entry.name!r} in "
-            f"{where}{': ' + ', '.join(f.name for f in fitting) if fitting else ''}. Give the two files themselves "
-            f"(from {entry.urls['options']} and {entry.urls['weights']})."
-        )
+        if len(named) != 1 and len(fitting) != 1:
+            raise DownloadError(
+                f"{'No' if not fitting else 'More than one'} {'/'.join(suffixes)} file for the {role} of "
+                f"{entry.name!r} in {', '.join(map(str, paths))}"
+                f"{': ' + ', '.join(f.name for f in fitting) if fitting else ''}. Give the two files themselves "
+                f"(from {entry.urls['options']} and {entry.urls['weights']})."
+            )
+        given[role] = (named or fitting)[0]
     return given
 
 
