@@ -13,7 +13,6 @@ from torch import nn
 
 from ..errors import ElmoSettingsError
 from ..model.bilm import BiLmState
-from ..model.carried_state import CarriedState
 from ..model.chars import BOS_TOKEN, EOS_TOKEN, tokens_to_ids
 from ..model.encoder import ElmoEncoder
 from .scalar_mix import ScalarMix
@@ -111,7 +110,6 @@ class ElmoBiLm(nn.Module):
         self.runtime = ElmoRuntime.load(self.settings, device)  # the settings applied as for every entry point
         self.encoder = self.runtime.encoder
         _check_byte_model(self.encoder, options_file)
-        self.carried = CarriedState()
         self.num_layers = self.encoder.options.n_output_layers
         self.word_vectors: Optional[nn.Parameter] = None
         self.register_buffer("boundary_vectors", None)
@@ -125,7 +123,7 @@ class ElmoBiLm(nn.Module):
     @property
     def _elmo_lstm(self) -> "ElmoBiLm":
         """AllenNLP's LSTM stack under its biLM, which holds the carried state: programs reset it between documents
-        with ``elmo._elmo_lstm._elmo_lstm.reset_states()``. Here the biLM module itself holds that state."""
+        with ``elmo._elmo_lstm._elmo_lstm.reset_states()``. Here the biLM module (its runtime) holds that state."""
         return self
 
     def get_output_dim(self) -> int:
@@ -139,7 +137,7 @@ class ElmoBiLm(nn.Module):
 
     def reset_states(self) -> None:
         """Forget the carried LSTM state: the next call starts from zeros, as the first one did."""
-        self.carried.reset()
+        self.runtime.reset_states()
 
     def cache_words(self, words: Sequence[str], trainable: bool = False) -> None:
         """Compute the token vectors of ``words`` (and of ``<S>``, ``</S>``) now; ``forward``'s ``word_inputs`` then
@@ -153,9 +151,9 @@ class ElmoBiLm(nn.Module):
 
     def _apply(self, fn, *args, **kwargs):  # the carried state moves with the module
         result = super()._apply(fn, *args, **kwargs)
-        state = self.carried.state
-        if state is not None:
-            self.carried.state = BiLmState(fn(state.h), fn(state.c))
+        carried = self.runtime.segment_encoder.carried
+        if carried.state is not None:
+            carried.state = BiLmState(fn(carried.state.h), fn(carried.state.c))
         return result
 
     def _char_ids(self, tokens: Sequence[str]) -> torch.Tensor:
@@ -195,11 +193,7 @@ class ElmoBiLm(nn.Module):
             # the weights learn, and the caller's optimizer steps tell the biLM nothing: nothing derived is kept
             self.encoder.weights_changed()
         rows = np.asarray(lengths.cpu()) + 2
-        start = self.carried.start(self.encoder, batch) if self.stateful else self.encoder.start_state(batch)
-        layers, final = self.runtime.padded_layers(padded, rows, start)
-        if self.stateful:
-            self.carried.update(final)
-        return {"activations": layers, "mask": _boundary_mask(lengths, steps)}
+        return {"activations": self.runtime.padded_layers(padded, rows), "mask": _boundary_mask(lengths, steps)}
 
 
 class _ElmoCharacterEncoder(nn.Module):

@@ -1,8 +1,8 @@
 """One loaded biLM with its settings, behind every entry point.
 
 ``ElmoEmbedder``, the ``elmo`` component (through its thinc model), the ``embed`` command and the AllenNLP classes
-each hold an :class:`ElmoRuntime`: the biLM, its :class:`BiLmSettings`, the token cache, the state carried between calls, the
-request batcher and the thread setting. It is built once per model and changed only by :meth:`ElmoRuntime.configure`
+each hold an :class:`ElmoRuntime`: the biLM, its :class:`BiLmSettings`, the token cache, the state carried between
+calls, the request batcher and the thread setting. It is built once per model and changed only by :meth:`ElmoRuntime.configure`
 (a new settings value: only what differs is applied) or by loading other weights; nothing that depends only on the
 settings is decided per call.
 """
@@ -245,63 +245,62 @@ class ElmoRuntime:
 
     def trained_layers(self, segments: Sequence[Sequence[str]]) -> torch.Tensor:
         """The segments' layers with autograd through the biLM (fine-tuning), ``(n_layers + 1, total_tokens, dim)``,
-        segment after segment, on the biLM's device, in pieces within the budget (:meth:`_in_pieces`): a stateful
-        call continues the calls before, row by row, as at prediction."""
-        self._threads_in_force()
-        encoder = self.segment_encoder
-        start = encoder.start_state(len(segments))
-
-        def run(rows: List[int]) -> Tuple[torch.Tensor, ...]:
-            layers, final = encoder.run([segments[row] for row in rows], start.select(self._index(rows)))
-            return layers, final.h, final.c
-
+        segment after segment, on the biLM's device (:meth:`_in_pieces`)."""
         lengths = [len(words) for words in segments]
-        layers, h, c = self._in_pieces([row_tokens(n) for n in lengths], run, ((1, lengths), (2, None), (2, None)))
-        if self.settings.stateful:
-            encoder.carried.update(BiLmState(h, c))
-        return layers
 
-    def padded_layers(
-        self, tokens: torch.Tensor, lengths: np.ndarray, start: BiLmState
-    ) -> Tuple[List[torch.Tensor], BiLmState]:
-        """:meth:`~spacy_elmo.model.bilm.BiLm.forward` through the runtime's settings, in pieces within the budget
-        (:meth:`_in_pieces`): token vectors ``(batch, steps, projection_dim)`` with their boundaries in place, each
-        row's ``lengths`` counting them, each row starting from ``start``; the layers ``(batch, steps, dim)`` and each
-        row's final state."""
-        self._threads_in_force()
+        def run(rows: List[int], start: BiLmState) -> Tuple[Sequence[torch.Tensor], BiLmState]:
+            layers, final = self.segment_encoder.run([segments[row] for row in rows], start)
+            return (layers,), final
 
-        def run(rows: List[int]) -> Tuple[torch.Tensor, ...]:
-            index = self._index(rows)
-            layers, final = self.encoder.bilm(tokens.index_select(0, index), lengths[rows], start.select(index))
-            return (*layers, final.h, final.c)
+        return self._in_pieces([row_tokens(n) for n in lengths], run, 1, lengths)[0]
 
-        parts = ((0, None),) * self.options.n_output_layers + ((2, None), (2, None))
-        *layers, h, c = self._in_pieces([int(n) for n in lengths], run, parts)
-        return layers, BiLmState(h, c)
+    def padded_layers(self, tokens: torch.Tensor, lengths: np.ndarray) -> List[torch.Tensor]:
+        """:meth:`~spacy_elmo.model.bilm.BiLm.forward` through the runtime's settings (:meth:`_in_pieces`): token
+        vectors ``(batch, steps, projection_dim)`` with their boundaries in place, each row's ``lengths`` counting
+        them; the layers ``(batch, steps, dim)``."""
+
+        def run(rows: List[int], start: BiLmState) -> Tuple[Sequence[torch.Tensor], BiLmState]:
+            return self.encoder.bilm(tokens.index_select(0, self._index(rows)), lengths[rows], start)
+
+        return self._in_pieces([int(n) for n in lengths], run, 0)
 
     def _in_pieces(
         self,
         costs: Sequence[int],
-        run: Callable[[List[int]], Tuple[torch.Tensor, ...]],
-        parts: Sequence[Tuple[int, Optional[Sequence[int]]]],
-    ) -> Tuple[torch.Tensor, ...]:
-        """``run(rows)`` over the batch rows of these padded ``costs``: all at once, in their order, where they fit
-        ``max_batch_tokens``; else in pieces within it, longest rows first (:func:`~spacy_elmo.serving.scheduler.
-        lone_batches`: rows of like lengths, few LSTM steps), each output joined along its ``parts`` entry's dim and
-        put back in the rows' order (each row's part ``sizes[row]`` long there; None: 1). Where autograd records,
-        each piece is run again in the backward pass (torch's checkpoint), so that one piece's activations are held
-        at a time, not the batch's: the same gradients, for more time (BENCHMARKS.md, "Fine-tuning within the batch
-        budget")."""
+        run: Callable[[List[int], BiLmState], Tuple[Sequence[torch.Tensor], BiLmState]],
+        axis: int,
+        sizes: Optional[Sequence[int]] = None,
+    ) -> List[torch.Tensor]:
+        """The outputs of ``run(rows, start)`` over the batch rows of these padded ``costs``, each row starting from
+        the state carried from the call before (the stateful mode, which keeps each row's final state for the next
+        call, as at prediction) or from the initial state.
+
+        The rows run all at once, in their order, where they fit ``max_batch_tokens``; else in pieces within it,
+        longest rows first (:func:`~spacy_elmo.serving.scheduler.lone_batches`: rows of like lengths, few LSTM
+        steps), each output joined along ``axis`` and put back in the rows' order (each row ``sizes[row]`` long there;
+        None: 1). Where autograd records, each piece is run again in the backward pass (torch's checkpoint), so that
+        one piece's activations are held at a time, not the batch's: the same gradients, for more time
+        (BENCHMARKS.md, "Fine-tuning within the batch budget")."""
+        self._threads_in_force()
+        start = self.segment_encoder.start_state(len(costs))
+
+        def piece(rows: List[int]) -> Tuple[torch.Tensor, ...]:
+            outputs, final = run(rows, start.select(self._index(rows)))
+            return (*outputs, final.h, final.c)
+
         pieces = lone_batches(costs, self.settings.max_batch_tokens)
         if len(pieces) <= 1:
-            return run(list(range(len(costs))))
-        recompute = torch.is_grad_enabled()
-        outputs = [checkpoint(run, piece, use_reentrant=False) if recompute else run(piece) for piece in pieces]
-        order = [row for piece in pieces for row in piece]
-        return tuple(
-            _in_rows_order(torch.cat(joined, dim), dim, order, [1] * len(costs) if sizes is None else sizes)
-            for joined, (dim, sizes) in zip(zip(*outputs), parts)
-        )
+            *outputs, h, c = piece(list(range(len(costs))))
+        else:
+            recompute = torch.is_grad_enabled()
+            done = [checkpoint(piece, rows, use_reentrant=False) if recompute else piece(rows) for rows in pieces]
+            *parts, h_parts, c_parts = zip(*done)
+            order = [row for rows in pieces for row in rows]
+            outputs = [_in_rows_order(joined, axis, order, sizes) for joined in parts]
+            h, c = (_in_rows_order(joined, 2, order, None) for joined in (h_parts, c_parts))
+        if self.settings.stateful:
+            self.segment_encoder.carried.update(BiLmState(h, c))
+        return outputs
 
     def _index(self, rows: List[int]) -> torch.Tensor:
         return torch.tensor(rows, dtype=torch.int64, device=self.device)
@@ -352,10 +351,11 @@ def _segment_tokens(segment: Segment) -> int:
     return row_tokens(len(segment.words))
 
 
-def _in_rows_order(joined: torch.Tensor, dim: int, order: List[int], sizes: Sequence[int]) -> torch.Tensor:
-    """``joined``, the parts of the rows in ``order`` end to end along ``dim`` (``sizes[row]`` long each), with the
-    parts in the rows' own order."""
+def _in_rows_order(parts: Sequence[torch.Tensor], dim: int, order: List[int], sizes: Optional[Sequence[int]]) -> torch.Tensor:
+    """``parts``, the parts of the rows in ``order`` (``sizes[row]`` long each along ``dim``; None: 1), joined in the
+    rows' own order."""
+    sizes = [1] * len(order) if sizes is None else sizes
     ends = np.cumsum([sizes[row] for row in order])
     start = {row: end - sizes[row] for row, end in zip(order, ends)}
     index = np.concatenate([np.arange(start[row], start[row] + sizes[row]) for row in range(len(sizes))])
-    return joined.index_select(dim, torch.from_numpy(index).to(joined.device))
+    return torch.cat(parts, dim).index_select(dim, torch.from_numpy(index).to(parts[0].device))
