@@ -117,10 +117,6 @@ class ElmoBiLm(nn.Module):
             self.cache_words(vocab_to_cache, requires_grad)
 
     @property
-    def stateful(self) -> bool:
-        return self.settings.stateful
-
-    @property
     def _elmo_lstm(self) -> "ElmoBiLm":
         """AllenNLP's LSTM stack under its biLM, which holds the carried state: programs reset it between documents
         with ``elmo._elmo_lstm._elmo_lstm.reset_states()``. Here the biLM module (its runtime) holds that state."""
@@ -151,7 +147,7 @@ class ElmoBiLm(nn.Module):
 
     def _apply(self, fn, *args, **kwargs):  # the carried state moves with the module
         result = super()._apply(fn, *args, **kwargs)
-        carried = self.runtime.segment_encoder.carried
+        carried = self.runtime.carried
         if carried.state is not None:
             carried.state = BiLmState(fn(carried.state.h), fn(carried.state.c))
         return result

@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ElmoThreadsWarning
 from ..model.batch_cost import row_tokens
 from ..model.bilm import BiLmState
+from ..model.carried_state import CarriedState
 from ..model.segment_encoder import SegmentEncoder
 from ..model.encoder import ElmoEncoder
 from ..model.options import ElmoOptions
@@ -64,6 +65,7 @@ class ElmoRuntime:
     def __init__(self, encoder: ElmoEncoder, settings: BiLmSettings):
         self.encoder = encoder.eval()
         self.segment_encoder = SegmentEncoder(encoder)
+        self.carried = CarriedState()  # the stateful mode's, between calls
         self.batcher = RequestBatcher(self._run, Policy(padded=True))
         self.settings = settings
         self._mixes: Dict[MixWeights, torch.Tensor] = {}
@@ -113,8 +115,7 @@ class ElmoRuntime:
             encoder.initial_state = new.initial_state
             encoder.weights_changed()
         if old is None or new.stateful != old.stateful:
-            self.segment_encoder.stateful = new.stateful
-            self.segment_encoder.carried.reset()
+            self.carried.reset()
         if old is None or new.cache_size != old.cache_size:
             encoder.set_cache_size(new.cache_size)
         if old is None or new.precision != old.precision:
@@ -229,7 +230,11 @@ class ElmoRuntime:
             words = [item.words for item in members]
             with torch.inference_mode():
                 mix_tensor = None if mix is None else self._mix_tensor(mix)
-                out = self.segment_encoder(words, mix_tensor, self.batcher.pause_point, carry).float()
+                initial = self.carried.start(self.encoder, len(words)) if carry else None
+                out, final = self.segment_encoder(words, initial, mix_tensor, self.batcher.pause_point)
+                if carry:  # once the run is done: an interrupted one leaves the carried state as it was
+                    self.carried.update(final)
+                out = out.float()
                 lengths, outs = [len(w) for w in words], [item.out for item in members]
                 wanted = {type(o) for o in outs}
                 host = token_views(out.cpu().numpy(), lengths) if np.ndarray in wanted else None  # one host transfer
@@ -249,7 +254,7 @@ class ElmoRuntime:
         lengths = [len(words) for words in segments]
 
         def run(rows: List[int], start: BiLmState) -> Tuple[Sequence[torch.Tensor], BiLmState]:
-            layers, final = self.segment_encoder.run([segments[row] for row in rows], start)
+            layers, final = self.segment_encoder([segments[row] for row in rows], start)
             return (layers,), final
 
         return self._in_pieces([row_tokens(n) for n in lengths], run, 1, lengths)[0]
@@ -282,7 +287,8 @@ class ElmoRuntime:
         one piece's activations are held at a time, not the batch's: the same gradients, for more time
         (BENCHMARKS.md, "Fine-tuning within the batch budget")."""
         self._threads_in_force()
-        start = self.segment_encoder.start_state(len(costs))
+        batch = len(costs)
+        start = self.carried.start(self.encoder, batch) if self.settings.stateful else self.encoder.start_state(batch)
 
         def piece(rows: List[int]) -> Tuple[torch.Tensor, ...]:
             outputs, final = run(rows, start.select(self._index(rows)))
@@ -299,7 +305,7 @@ class ElmoRuntime:
             outputs = [_in_rows_order(joined, axis, order, sizes) for joined in parts]
             h, c = (_in_rows_order(joined, 2, order, None) for joined in (h_parts, c_parts))
         if self.settings.stateful:
-            self.segment_encoder.carried.update(BiLmState(h, c))
+            self.carried.update(BiLmState(h, c))
         return outputs
 
     def _index(self, rows: List[int]) -> torch.Tensor:
@@ -334,7 +340,7 @@ class ElmoRuntime:
 
     def reset_states(self) -> None:
         """Forget the LSTM state carried between calls (stateful mode): the next call starts afresh."""
-        self.segment_encoder.carried.reset()
+        self.carried.reset()
 
     def fill_cache(self, words: Iterable[str]) -> None:
         """Pre-fill the token cache (``cache_size`` > 0) from ``words``, most frequent first, until it is full."""

@@ -113,7 +113,7 @@ def test_within_a_batch_budget_the_biLM_runs_in_pieces_with_the_gradients_of_one
         upstream = torch.randn(outputs[0].shape, generator=torch.Generator().manual_seed(0))
         sum((x * upstream).sum() for x in outputs).backward()
         grads = {name: p.grad for name, p in elmo._elmo_lstm.encoder.bilm.named_parameters()}
-        steps.append((outputs, grads, elmo._elmo_lstm.runtime.segment_encoder.carried.state, runs))
+        steps.append((outputs, grads, elmo._elmo_lstm.runtime.carried.state, runs))
     (whole, whole_grads, whole_state, _), (pieces, piece_grads, piece_state, runs) = steps
     for x, y in zip(pieces, whole):
         torch.testing.assert_close(x, y, **ROUNDING)

@@ -256,7 +256,7 @@ def test_fine_tuning_runs_in_pieces_within_the_budget_with_the_gradients_of_one_
         assert grad.abs().sum() > 0, name
         torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
     if stateful:
-        for a, b in zip(vars(pieces.segment_encoder.carried.state).values(), vars(whole.segment_encoder.carried.state).values()):
+        for a, b in zip(vars(pieces.carried.state).values(), vars(whole.carried.state).values()):
             torch.testing.assert_close(a, b, **ROUNDING)
     # rows of 6, 9 and 3 tokens with their marks, longest first: (9, 9), (6, 6, 3), (3) in each call of six, each
     # piece twice (forward, then again in the backward pass)
