@@ -1,14 +1,24 @@
 """AllenNLP 2.10.1's ``Elmo`` and ``spacy_elmo.allennlp.Elmo`` side by side: the same vectors and gradients, and
 the time of inference (eval, no grad) and of a fine-tuning pass (``requires_grad=True``, forward + backward).
 
-``allennlp`` is not a dependency (it pins torch < 1.13): run this where it imports (BENCHMARKS.md says how the
-figures' environment was made). The model is a published architecture (``--preset``, small by default) with
-seeded random weights (``common.seeded_model``); the text is the UD English EWT dev sentences of 5-40 tokens, in
-batches of ``--batch``. Both modules carry state from batch to batch (the default of both) and see the same
-batches in the same order, so their vectors must agree to float32 rounding all along. Each timing is the best
-of ``--passes`` passes over all batches, each pass from a reset state.
+``allennlp`` is not a dependency (it pins torch < 1.13 and transformers < 4.21). Its ``Elmo`` runs on this checkout's
+torch in a venv that sees it, with AllenNLP's imports met and torchvision, which only AllenNLP's vision modules use,
+an empty stand-in:
 
-    python benchmarks/allennlp_side_by_side.py --sentences 200 --batch 32 --threads 1
+    python -m venv --system-site-packages /tmp/allennlp-venv
+    /tmp/allennlp-venv/bin/pip install --no-deps allennlp==2.10.1
+    /tmp/allennlp-venv/bin/pip install transformers==4.40.2 huggingface-hub==0.23.5 cached-path lmdb dill base58 \
+        more-itertools fairscale
+    site=$(/tmp/allennlp-venv/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))")
+    mkdir -p $site/torchvision/ops && touch $site/torchvision/__init__.py $site/torchvision/ops/{__init__,boxes}.py
+
+The model is a published architecture (``--preset``, small by default) with seeded random weights
+(``common.seeded_model``); the text is the UD English EWT dev sentences of 5-40 tokens, in batches of ``--batch``.
+Both modules carry state from batch to batch (the default of both) and see the same batches in the same order, so
+their vectors must agree to float32 rounding all along. Each timing is the best of ``--passes`` passes over all
+batches, each pass from a reset state.
+
+    /tmp/allennlp-venv/bin/python benchmarks/allennlp_side_by_side.py --sentences 200 --batch 32 --threads 1
 """
 import argparse
 import functools
