@@ -40,7 +40,7 @@ from spacy_elmo.formats.weights import load_files, save_files
 from spacy_elmo.model.bilm import PARTS, PRECISION_PARTS, BiLm
 from spacy_elmo.model.encoder import ElmoEncoder
 from spacy_elmo.model.fixed_mix import DEFAULT_MIX
-from spacy_elmo.sources.resolve import default_model_files
+from spacy_elmo import embedded_model_files
 
 DATA = Path(__file__).resolve().parent / "data"
 DEFAULT_DATA = [DATA / "wsd_sentences.tsv", DATA / "wsd_second_probe.json"]
@@ -489,7 +489,7 @@ def untrained(out: Path, seed: int) -> Path:
     folder = out / f"untrained-s{seed}"
     if not (folder / "weights.hdf5").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        write_untrained(default_model_files("en")[0], folder, seed)
+        write_untrained(embedded_model_files("en")[0], folder, seed)
     return folder
 
 
@@ -582,7 +582,7 @@ def senses(args: argparse.Namespace) -> None:
     reference = read_reference(args.reference)
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        untrained = write_untrained(Path(args.options or default_model_files()[0]), Path(tmp), seed=args.seed)
+        untrained = write_untrained(Path(args.options or embedded_model_files()[0]), Path(tmp), seed=args.seed)
         trained = evaluate_senses(args.options, args.weights, datasets, reference)
         control = evaluate_senses(*map(str, untrained), datasets, reference)
     header(sys.argv)
@@ -607,7 +607,7 @@ def pos(args: argparse.Namespace) -> None:
     tagset = sorted({t for _, tags in train for t in tags})
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        untrained = write_untrained(Path(args.options or default_model_files()[0]), Path(tmp), seed=args.seed)
+        untrained = write_untrained(Path(args.options or embedded_model_files()[0]), Path(tmp), seed=args.seed)
         rows = {
             "pretrained": evaluate_pos(args.options, args.weights, train, test, tagset),
             f"untrained (seed {args.seed})": evaluate_pos(*map(str, untrained), train, test, tagset),
@@ -649,7 +649,7 @@ def fidelity(args: argparse.Namespace) -> None:
             if name == "allennlp":
                 files = FIXTURE / "options.json", FIXTURE / "lm_weights.hdf5"
             else:
-                files = default_model_files() if name == "embedded" else seeded_model(Path(tmp), name)
+                files = embedded_model_files() if name == "embedded" else seeded_model(Path(tmp), name)
             encoder = ElmoEncoder(load_files(*files)).eval()
             encoder.initial_state = "zeros"
             reference = encode(encoder, text)
@@ -730,7 +730,7 @@ def downstream(args: argparse.Namespace) -> None:
 def untrained_command(args: argparse.Namespace) -> None:
     """Write ``options.json`` + ``weights.hdf5`` with a model's architecture and seeded random weights, usable wherever
     the trained files are (``--paths.elmo_options/--paths.elmo_weights`` of a training config, ``ElmoEmbedder``)."""
-    options_file = args.options or default_model_files(args.lang)[0]
+    options_file = args.options or embedded_model_files(args.lang)[0]
     for path in write_untrained(Path(options_file), args.out_dir, args.seed):
         print(f"wrote {path}")
 

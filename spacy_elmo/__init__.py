@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what type checkers see: the lazy names below, with their re
     from .model.options import ElmoOptions
     from .pipeline import ElmoComponent, install_vector_hooks, with_vector_hooks
     from .serving.cancel import CallCancelled, CancelHandle
+    from .sources.resolve import embedded_model_files
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
@@ -25,6 +26,7 @@ _LAZY = {
     "ElmoComponent": ".pipeline",
     "ElmoEmbedder": ".embedder",  # stateless by default; AllenNLP 0.9's, stateful, is spacy_elmo.allennlp's
     "ElmoOptions": ".model.options",
+    "embedded_model_files": ".sources.resolve",
     "install_vector_hooks": ".pipeline",
     "with_vector_hooks": ".pipeline",
 }
@@ -32,7 +34,8 @@ _LAZY = {
 __all__ = [
     "__version__", "CallCancelled", "CancelHandle", "ElmoComponent", "ElmoEmbedder", "ElmoError",
     "ElmoListenerWarning", "ElmoOptions", "ElmoOptionsError", "ElmoPipelineError", "ElmoSettingsError",
-    "ElmoThreadsWarning", "ElmoWeightsError", "TokenTruncationWarning", "install_vector_hooks", "with_vector_hooks",
+    "ElmoThreadsWarning", "ElmoWeightsError", "TokenTruncationWarning", "embedded_model_files", "install_vector_hooks",
+    "with_vector_hooks",
 ]
 
 

@@ -86,17 +86,22 @@ def bilm_tf_files():
     return BILM_TF / "options.json", BILM_TF / "lm_weights.hdf5"
 
 
-@pytest.fixture
-def downloaded_original(tmp_path, monkeypatch) -> Path:
-    """A model cache where "original" is downloaded, as a download leaves it (its files and a manifest of their
-    checksums), holding the AllenNLP test model. Returns the cache folder."""
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    folder = tmp_path / "original"
-    folder.mkdir()
+def stand_in_download(cache: Path, name: str) -> None:
+    """The published model ``name`` in the model cache ``cache`` as a download leaves it (its files and a manifest of
+    their checksums), the AllenNLP test model standing in for it."""
+    folder = cache / name
+    folder.mkdir(parents=True)
     shutil.copy(ALLENNLP / "options.json", folder / "options.json")
     shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
-    digests = {name: sha256_of(folder / name) for name in ("options.json", "weights.hdf5")}
+    digests = {file: sha256_of(folder / file) for file in ("options.json", "weights.hdf5")}
     (folder / "manifest.json").write_text(json.dumps({"sha256": digests}))
+
+
+@pytest.fixture
+def downloaded_original(tmp_path, monkeypatch) -> Path:
+    """A model cache where "original" is downloaded (:func:`stand_in_download`). Returns the cache folder."""
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
+    stand_in_download(tmp_path, "original")
     return tmp_path
 
 

@@ -5,14 +5,14 @@ import numpy as np
 import torch
 
 from spacy_elmo import ElmoEmbedder
-from spacy_elmo.sources.resolve import default_model_files
+from spacy_elmo import embedded_model_files
 from spacy_elmo.model.encoder import TRAINING_START_KEY
 from spacy_elmo.model.options import ElmoOptions, preset
 from tests.conftest import ROUNDING
 
 
 def test_embedded_model_is_the_tiny_architecture_trained_from_zeros_and_small():
-    options_file, weight_file = default_model_files()
+    options_file, weight_file = embedded_model_files()
     options = ElmoOptions.from_file(options_file)
     assert options == preset("tiny")
     assert options.extra[TRAINING_START_KEY] == "zeros"
@@ -22,13 +22,13 @@ def test_embedded_model_is_the_tiny_architecture_trained_from_zeros_and_small():
 def test_no_arguments_use_the_embedded_model_from_the_zero_state():
     sentence = ["The", "bank", "of", "the", "river", "."]
     default = ElmoEmbedder().embed_sentence(sentence)
-    explicit = ElmoEmbedder(*default_model_files(), initial_state="zeros").embed_sentence(sentence)
+    explicit = ElmoEmbedder(*embedded_model_files(), initial_state="zeros").embed_sentence(sentence)
     assert default.shape == (3, 6, 256) and default.dtype == np.float32 and np.isfinite(default).all()
     np.testing.assert_array_equal(default, explicit)
 
 
 def test_chinese_model_is_picked_by_language_and_reads_one_character_tokens():
-    options_file, weight_file = default_model_files("zh")
+    options_file, weight_file = embedded_model_files("zh")
     options = ElmoOptions.from_file(options_file)
     assert options_file.parent.name == "zh_classics_tiny" and options.max_characters_per_token == 10
     assert weight_file.stat().st_size <= 25 * 2**20
@@ -55,8 +55,8 @@ def test_a_language_without_embedded_model_warns_and_uses_english():
     import pytest
 
     with pytest.warns(UserWarning, match="no ELMo model for language 'de'"):
-        files = default_model_files("de")
-    assert files == default_model_files("en")
+        files = embedded_model_files("de")
+    assert files == embedded_model_files("en")
 
 
 def test_committed_pretraining_runs_hold_the_softmax_over_their_vocabulary_for_the_shipped_biLM():
@@ -67,7 +67,7 @@ def test_committed_pretraining_runs_hold_the_softmax_over_their_vocabulary_for_t
     """
     root = Path(__file__).resolve().parents[1] / "pretrain_runs"
     for lang, name in (("en", "en_gutenberg_tiny"), ("zh", "zh_classics_tiny")):
-        options_file, _ = default_model_files(lang)
+        options_file, _ = embedded_model_files(lang)
         assert ElmoOptions.from_file(root / name / "options.json") == ElmoOptions.from_file(options_file), name
         softmax = torch.load(root / name / "softmax.pt", weights_only=True)
         clusters = len([k for k in softmax if k.endswith(".1.weight")])

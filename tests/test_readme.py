@@ -1,14 +1,14 @@
 """The README's and docs/'s code runs as written, their configs name real settings, and the API tables list the code's.
 
-Every ```python block of README.md and docs/*.md runs, page by page in order (one namespace per page, as a reader
-runs them), in a folder holding what the examples name: an ``options.json`` + ``weights.hdf5`` pair (the AllenNLP
-fixture), ``corpus.txt`` and its ``corpus.hdf5`` (written by the ``embed`` command), with the published ``original``
-model downloaded (the AllenNLP fixture standing in for it). The blocks use public names
-only, so these tests do too.
+Every ```python block of README.md and docs/*.md runs as copied, page by page in order (one namespace per page, as a
+reader runs them), in a new process in an empty folder, offline, with the published models the page downloads in its
+bash blocks in the model cache (the AllenNLP fixture standing in for them). The blocks use public names only, so these
+tests do too.
 """
 import inspect
+import json
+import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +22,13 @@ from thinc.api import Config
 
 from spacy_elmo import ElmoEmbedder
 
-from tests.conftest import ALLENNLP
+from tests.conftest import stand_in_download
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 SHAPE_COMMENT = re.compile(r"^(?P<expr>\S.*\.shape)\s+# \((?P<shape>[\d, ]+)\)")
 COSINE_COMMENT = re.compile(r"^(?P<expr>\S.*\.similarity\(.*\))\s+# (?P<cosine>\d\.\d\d):")
-CORPUS_LINES = 20  # the HDF5 example reads line 17
 
 
 def _blocks(page: Path, kind: str) -> List[str]:
@@ -67,29 +66,34 @@ def test_the_readme_is_one_page_whose_set_up_is_two_commands():
     assert len(commands) == 2 and commands[0].endswith("python -m spacy_elmo demo"), commands
 
 
-@pytest.fixture(scope="module")
-def example_folder(tmp_path_factory) -> Path:
-    """A folder with the files the examples name, the HDF5 corpus written by the public ``embed`` command."""
-    folder = tmp_path_factory.mktemp("examples")
-    shutil.copy(ALLENNLP / "options.json", folder / "options.json")
-    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
-    lines = [f"Line {k} of the corpus , with a few words ." for k in range(CORPUS_LINES)]
-    (folder / "corpus.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    command = [sys.executable, "-m", "spacy_elmo", "embed", "corpus.txt", "corpus.hdf5", "--quiet",
-               "--options", "options.json", "--weights", "weights.hdf5"]
-    subprocess.run(command, cwd=folder, check=True, capture_output=True)
-    return folder
+# Run in a new process: a page's python blocks in order, in one namespace, as a reader runs them.
+READER = """
+import json, sys
+namespace = {"__name__": "__docs__"}
+for number, block in enumerate(json.load(open(sys.argv[1], encoding="utf-8"))):
+    exec(compile(block, f"{sys.argv[2]}, python block {number}", "exec"), namespace)
+"""
+# Every connection refused: a block that reaches for the network fails.
+OFFLINE = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "no_proxy": ""}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [page for page in PAGES if _blocks(page, "python")], ids=lambda page: page.name)
-def test_python_blocks_run(page: Path, example_folder: Path, downloaded_original: Path, monkeypatch):
-    """Each page's blocks in order; "original" downloaded (docs/migrating.md's 0.9 embedder uses it by default), as
-    the AllenNLP test model: the page's bash block downloads it."""
-    monkeypatch.chdir(example_folder)
-    namespace: dict = {"__name__": "__docs__"}
-    for number, block in enumerate(_blocks(page, "python")):
-        exec(compile(block, f"{page.name}, python block {number}", "exec"), namespace)
+def test_python_blocks_run_as_copied_in_an_empty_folder_offline(page: Path, tmp_path: Path):
+    """Each page's blocks in a new process, from an empty folder of the reader's own (nothing of the repository
+    beside it), offline. The published models that the page's bash blocks download (``python -m spacy_elmo download
+    NAME``, which a block needing one has just above it) are in the model cache as a download leaves them, the
+    AllenNLP test model standing in."""
+    folder, cache = tmp_path / "reader", tmp_path / "cache"
+    folder.mkdir()
+    for name in re.findall(r"python -m spacy_elmo download (\w+)", "".join(_blocks(page, "bash"))):
+        stand_in_download(cache, name)
+    blocks = tmp_path / "blocks.json"
+    blocks.write_text(json.dumps(_blocks(page, "python")), encoding="utf-8")
+    env = {**os.environ, **OFFLINE, "HOME": str(tmp_path), "SPACY_ELMO_CACHE": str(cache)}
+    run = subprocess.run([sys.executable, "-c", READER, str(blocks), page.name], cwd=folder, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
 
 
 def test_every_page_runs_or_has_no_python():

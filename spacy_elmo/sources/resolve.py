@@ -130,11 +130,11 @@ def model_files(
     if is_name(options_file, weight_file):
         return verify(str(options_file))
     if options_file is None or weight_file is None:
-        return default_model_files(lang)
+        return embedded_model_files(lang)
     return Path(options_file), Path(weight_file)
 
 
-def default_model_files(lang: str = DEFAULT_LANG) -> Tuple[Path, Path]:
+def embedded_model_files(lang: str = DEFAULT_LANG) -> Tuple[Path, Path]:
     """Paths of the embedded model's ``options.json`` and ``weights.hdf5`` for ``lang``; the English one, with a
     warning, for other languages."""
     name = EMBEDDED_MODELS.get(lang)

@@ -182,3 +182,31 @@ def test_doc_to_bytes_and_docbin_keep_the_attributes():
         np.testing.assert_array_equal(after._.elmo, before._.elmo)
         np.testing.assert_array_equal(after._.elmo_layers, before._.elmo_layers)
         np.testing.assert_array_equal(after[1]._.elmo, before._.elmo[1])
+
+
+def test_a_docbin_read_in_a_new_process_gives_its_vectors_through_with_vector_hooks(tmp_path):
+    """docs/usage.md: a process that only reads a DocBin gets spaCy's E046 from ``doc._.elmo``, and after
+    ``with_vector_hooks`` the rows the Doc had when it was saved."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    doc = nlp("She sat by the river bank.")
+    DocBin(docs=[doc], store_user_data=True).to_disk(tmp_path / "docs.spacy")
+    np.save(tmp_path / "rows.npy", doc._.elmo)
+    reader = textwrap.dedent("""
+        import sys
+        import numpy, spacy
+        from spacy.tokens import DocBin
+
+        doc = next(DocBin().from_disk(sys.argv[1]).get_docs(spacy.blank("en").vocab))
+        try:
+            doc._.elmo
+        except AttributeError as error:
+            print(error)
+        from spacy_elmo import with_vector_hooks
+        [doc] = with_vector_hooks([doc])
+        numpy.testing.assert_array_equal(doc._.elmo, numpy.load(sys.argv[2]))
+    """)
+    run = subprocess.run([sys.executable, "-c", reader, str(tmp_path / "docs.spacy"), str(tmp_path / "rows.npy")],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("[E046] Can't retrieve unregistered extension attribute 'elmo'")
