@@ -46,7 +46,6 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 from spacy.tokens import Doc
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from thinc.api import ConfigValidationError
 
 from spacy_elmo import CallCancelled, CancelHandle, ElmoError
@@ -122,8 +121,8 @@ app = FastAPI(title="spacy-elmo")
 def one_line(error: Dict[str, Any]) -> str:
     """A validation error of pydantic's, as one line naming the field: ``token_vectors: Input should be a valid
     boolean (found 'yes')``; a body that is not JSON: where it stops being JSON."""
-    if error["type"] == "json_invalid":
-        return f"the body is not JSON: {error['ctx']['error']} at character {error['loc'][-1]}"
+    if error["type"] == "json_invalid":  # json's message, such as "Unterminated string starting at", and where
+        return f"the body is not JSON: {error['ctx']['error'].removesuffix(' at')} at character {error['loc'][-1]}"
     field = ".".join(str(part) for part in error["loc"] if part != "body") or "the body"
     found = "" if error["type"] == "missing" else f" (found {json.dumps(error['input'])[:80]})"
     return f"{field}: {error['msg']}{found}"
@@ -137,23 +136,30 @@ async def refuse_invalid(request: Request, error: RequestValidationError) -> JSO
     return JSONResponse(status_code=422, content={"detail": detail})
 
 
+def not_utf8(body: bytes) -> Optional[str]:
+    """Why ``body`` is not JSON in UTF-8, naming its first byte that is not; None when it is. Python's JSON reader
+    would take UTF-16 and UTF-32 too, guessing from the first bytes; UTF-8 JSON never holds a 0 byte (a control
+    character must be escaped), which those write in every ASCII character."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return f"byte {err.start} ({body[err.start:err.start + 1]!r}) cannot be decoded"
+    zero = body.find(b"\x00")
+    return None if zero < 0 else f"byte {zero} is 0, as in UTF-16 or UTF-32"
+
+
 class Utf8Body(APIRoute):
-    """A route whose body that is not UTF-8 is refused with 400 and one line saying where (FastAPI says only "There
-    was an error parsing the body")."""
+    """A route whose body is not UTF-8 is refused with 400 and one line saying where (FastAPI decodes UTF-16 and
+    UTF-32 as well, and says only "There was an error parsing the body" of what it cannot decode)."""
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Any]]:
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Any:
-            try:
-                return await handler(request)
-            except StarletteHTTPException as err:  # FastAPI raises Starlette's, the base of its own
-                cause = err.__cause__
-                if not isinstance(cause, UnicodeDecodeError):
-                    raise
-                raise HTTPException(status_code=400, detail=(
-                    f"the body is not UTF-8: byte {cause.start} ({cause.object[cause.start:cause.start + 1]!r}) "
-                    f"cannot be decoded; send JSON in UTF-8")) from None
+            problem = not_utf8(await request.body())  # read once: the handler reads the same bytes
+            if problem is not None:
+                raise HTTPException(status_code=400, detail=f"the body is not UTF-8: {problem}; send JSON in UTF-8")
+            return await handler(request)
 
         return route
 

@@ -326,14 +326,35 @@ def test_a_request_of_the_wrong_shape_is_refused_with_422_in_one_line_naming_the
     assert _still_serving(server)
 
 
+REQUEST = '{"text": "The cat sat ."}'
+
+
 @pytest.mark.slow
-def test_a_body_that_is_not_utf8_is_refused_with_400_in_one_line_naming_the_byte(server):
-    """Latin-1's "é" (0xE9) where UTF-8 is expected: byte 13 of the body."""
-    reply = httpx.post(f"{server}/embed", content=b'{"text": "caf\xe9 au lait"}',
-                       headers={"content-type": "application/json"}, timeout=REQUEST_S)
+@pytest.mark.parametrize("body, byte", [
+    (b'{"text": "caf\xe9 au lait"}', "byte 13 (b'\\xe9')"),  # Latin-1's "é" where UTF-8 is expected
+    (REQUEST.encode("utf-16"), "byte 0 (b'\\xff')"),  # what Python's "utf-16" writes: a byte-order mark first
+    (REQUEST.encode("utf-16-le"), "byte 1 is 0"),  # no mark: every ASCII character is that character and 0
+    (REQUEST.encode("utf-16-be"), "byte 0 is 0"),
+    (REQUEST.encode("utf-32-le"), "byte 1 is 0"),
+    (b"\xff\xfe", "byte 0 (b'\\xff')"),  # a byte-order mark alone
+], ids=["latin-1", "utf-16-with-bom", "utf-16-le", "utf-16-be", "utf-32-le", "bom-alone"])
+def test_a_body_that_is_not_utf8_is_refused_with_400_in_one_line_naming_the_byte(server, body: bytes, byte: str):
+    """docs/usage.md's row: 400, naming the first byte that is not UTF-8 (Python's JSON reader would decode UTF-16
+    and UTF-32, and a 0 byte is valid UTF-8, but never in UTF-8 JSON)."""
+    reply = httpx.post(f"{server}/embed", content=body, headers={"content-type": "application/json"},
+                       timeout=REQUEST_S)
     detail = reply.json()["detail"]
-    assert reply.status_code == 400 and "UTF-8" in detail and "byte 13" in detail and "\n" not in detail, reply.text
+    assert reply.status_code == 400 and detail.startswith("the body is not UTF-8: ") and "\n" not in detail, reply.text
+    assert byte in detail, detail
     assert _still_serving(server)
+
+
+@pytest.mark.slow
+def test_a_truncated_body_is_refused_with_422_saying_where_its_json_stops(server):
+    reply = httpx.post(f"{server}/embed", content='{"text": "The cat', headers={"content-type": "application/json"},
+                       timeout=REQUEST_S)
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["detail"].startswith("the body is not JSON: Unterminated string starting at character 9; ")
 
 
 @pytest.mark.slow
