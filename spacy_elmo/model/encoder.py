@@ -117,29 +117,25 @@ class ElmoEncoder(nn.Module):
 
     def _token_layer(self, types: Sequence[str]) -> torch.Tensor:
         """The token layer of ``types``, from their character ids (and word ids, for models with words)."""
-        if not self._truncation_reported and self.options.char_vocabulary is None:
-            self._report_truncation(types, self.options.max_characters_per_token)
+        self.report_truncation(types)
         char_ids, word_ids = self._token_ids(types)
         words = None if word_ids is None else torch.from_numpy(word_ids).to(self.device)
         return self.bilm.token_layer(torch.from_numpy(char_ids).to(self.device), words)
 
-    def _report_truncation(self, types: Sequence[str], max_chars: int) -> None:
-        """Warn, once per encoder, that a token is longer than the model reads (a limit in bytes, not characters)."""
-        token = first_truncated(types, max_chars)
+    def report_truncation(self, tokens: Iterable[str]) -> None:
+        """Warn, in one line and once per encoder, of the first token longer than the model reads (a limit in bytes,
+        not characters: docs/limits.md, "Long tokens"); models that read a character table are not cut."""
+        if self._truncation_reported or self.options.char_vocabulary is not None:
+            return
+        token = first_truncated(tokens, self.options.max_characters_per_token)
         if token is None:
             return
         self._truncation_reported = True
-        limit = self.options.max_token_units
         shown = token if len(token) <= 30 else token[:30] + "..."
         warnings.warn(
-            f"The token {shown!r} is {n_bytes(token)} bytes long in UTF-8, but this ELMo model reads only the "
-            f"first {limit} bytes of a token (max_characters_per_token = {max_chars} in its options.json, two "
-            f"of which mark the word's start and end); the rest of the token is ignored. Characters outside "
-            f"ASCII take 2-4 bytes: {limit} bytes hold {limit // 3} Chinese or Japanese characters. Longer "
-            f"tokens only matter if their ends tell them apart; to allow more, pretrain a model with a larger "
-            f"max_characters_per_token. This warning is shown once per model.",
-            TokenTruncationWarning,
-            stacklevel=2,
+            f"the token {shown!r} is {n_bytes(token)} bytes long in UTF-8, and this ELMo model reads the first "
+            f"{self.options.max_token_units} bytes of a token (its max_characters_per_token); the rest is ignored "
+            f"(said once per model; docs/limits.md, \"Long tokens\")", TokenTruncationWarning, stacklevel=2,
         )
 
     def fill_cache(self, words: Iterable[str], batch_size: int = 4096) -> None:

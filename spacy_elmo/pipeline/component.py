@@ -322,12 +322,15 @@ class ElmoComponent(TrainablePipe):
         weight_file: Optional[str] = None,
     ) -> None:
         """Load the pretrained biLM: ``options_file``/``weight_file`` given here (``[initialize.components]``)
-        replace those of the component's config."""
+        replace those of the component's config. A training token longer than the model reads is said here, before
+        ``spacy train`` prints its table (once per model: not again while it trains)."""
         if options_file is not None or weight_file is not None:
             configure_bilm_model(self.model, options_file=options_file, weight_file=weight_file)
         load_bilm_weights(self.model)
         check_config_setting(f"components.{self.name}.mix", check_mix_fits, self.mix, self.runtime.options.n_output_layers)
         self._after_load()
+        if get_examples is not None:
+            self.runtime.encoder.report_truncation(token.text for example in get_examples() for token in example.reference)
 
     # --- serialization: the model's bytes hold the weights (saving reads the weight files first if nothing did yet,
     # so that a saved pipeline carries them); the config holds the settings ---

@@ -60,7 +60,7 @@ def test_a_token_past_the_byte_limit_warns_once_per_encoder():
             encoder([["y" * 70]])
     assert [w.category for w in seen] == [TokenTruncationWarning]
     message = str(seen[0].message)
-    assert "51 bytes" in message and "first 48 bytes" in message and "16 Chinese" in message
+    assert "51 bytes" in message and "first 48 bytes" in message and "\n" not in message
 
 
 def test_a_batch_gives_each_sentence_its_own_layers_without_boundary_marks_and_zeros_past_its_end():

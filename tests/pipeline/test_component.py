@@ -1,10 +1,13 @@
 """The ``elmo`` component: values against ``ElmoEmbedder``, batching, sentences and windows, options, errors."""
+import warnings
+
 import numpy as np
 import pytest
 import spacy
 from spacy.tokens import Doc
+from spacy.training import Example
 
-from spacy_elmo import ElmoEmbedder
+from spacy_elmo import ElmoEmbedder, TokenTruncationWarning
 from spacy_elmo.errors import ElmoOptionsError
 
 from tests.pipeline.conftest import OPTIONS, WEIGHTS, elmo_config, make_nlp
@@ -166,3 +169,19 @@ def test_no_weight_files_means_the_embedded_model():
     doc = nlp("The default model")
     expected = ElmoEmbedder().embed_sentence([t.text for t in doc])[-1]
     np.testing.assert_allclose(doc._.elmo, expected, atol=1e-5)
+
+
+def test_a_training_token_longer_than_the_model_reads_is_said_at_initialize_and_not_while_training():
+    """``spacy train`` prints its table after ``nlp.initialize``: the warning comes before it, once."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    url = "https://example.com/" + "a" * 46  # 66 bytes: the model reads 48
+    examples = [Example.from_dict(nlp.make_doc(f"See {url} for more ."), {}), Example.from_dict(nlp.make_doc("No."), {})]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        nlp.initialize(lambda: examples)
+        said = len(seen)
+        nlp.update(examples)
+        nlp(f"Again {url} .")
+    assert [w.category for w in seen] == [TokenTruncationWarning] and said == 1
+    assert "66 bytes" in str(seen[0].message) and "\n" not in str(seen[0].message)
