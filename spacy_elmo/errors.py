@@ -25,7 +25,7 @@ class ElmoPipelineError(ElmoError, ValueError):
 class TokenTruncationWarning(UserWarning):
     """A token is longer, in UTF-8 bytes, than the model's character CNN reads; its tail is ignored.
 
-    Said once per model, in one line (by `spacy train` before its table). Silence it with
+    Said once per model, in one line (by ``spacy train`` before its table). Silence it with
     ``warnings.simplefilter("ignore", spacy_elmo.TokenTruncationWarning)``.
     """
 
