@@ -189,14 +189,21 @@ def pretrain(
     overrides = parse_config_overrides(ctx.args, env_var=None)  # spaCy's SPACY_CONFIG_OVERRIDES are for its training configs
     with user_errors():
         config, raw = load_config(config_path, overrides)
+    rank, world = 0, 1
     try:
         with user_errors(), Trainer(config, raw, output_dir) as trainer:  # torchrun: leaving it ends the process group
-            if trainer.rank == 0:
+            rank, world = trainer.rank, trainer.world
+            if rank == 0:
                 typer.echo(f"Training in {trainer.precision} on {trainer.device} ({trainer.precision_reason})")
             result = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
-        typer.echo(f"Interrupted: checkpoint saved in {output_dir}; run the same command to resume.", err=True)
+        saved = "checkpoint saved" if rank == 0 else "rank 0 saved the checkpoint (on its machine)"
+        again = "the same command on every machine" if world > 1 else "the same command"
+        typer.echo(f"Interrupted: {saved} in {output_dir}; run {again} to resume.", err=True)
         raise typer.Exit(130)
+    if rank > 0:  # rank 0 evaluates and writes the files, on its own disk
+        typer.echo(f"Rank {rank} of {world} done: {result['step']} steps; rank 0 reports the run and writes its files")
+        return
     typer.echo(f"Done: {result['step']} steps, {result['tokens_seen']:,} tokens; {_held_out(result['eval'])}")
     typer.echo(f"ELMo files: {output_dir / 'options.json'} and {output_dir / 'weights.hdf5'}")
 
