@@ -16,11 +16,13 @@ from .vocab import Vocab
 
 
 class LmLoss(NamedTuple):
-    """Summed negative log-likelihoods (nats) of each direction and the number of targets per direction."""
+    """Summed negative log-likelihoods (nats) of each direction, the number of targets per direction, and how many
+    targets fell in each of the softmax's tail clusters."""
 
     forward_nll: torch.Tensor
     backward_nll: torch.Tensor
     n_targets: int
+    tail_targets: torch.Tensor
 
     @property
     def mean(self) -> torch.Tensor:
@@ -52,7 +54,15 @@ class BiLanguageModel(nn.Module):
         p = options.projection_dim
         inputs, targets, n = _prediction_pairs(top[..., :p], top[..., p:], batch, self.vocab)
         log_probs = self.softmax(inputs, targets).output.float()  # bf16 under autocast: sum (and log) in fp32
-        return LmLoss(-log_probs[:n].sum(), -log_probs[n:].sum(), n)
+        # Every tail cluster takes part in every step, adding 0 where no target falls in it, so that DDP needs no
+        # search for unused parameters; the trainer drops those clusters' zero gradients (Trainer.train_step).
+        idle = sum(cluster(inputs[:0]).sum() for cluster in self.softmax.tail)
+        return LmLoss(-log_probs[:n].sum() + idle, -log_probs[n:].sum(), n, self._tail_targets(targets))
+
+    def _tail_targets(self, targets: torch.Tensor) -> torch.Tensor:
+        """How many of ``targets`` fall in each tail cluster of the softmax."""
+        bounds = self.softmax.cutoffs
+        return torch.stack([((targets >= low) & (targets < high)).sum() for low, high in zip(bounds, bounds[1:])])
 
 
 def _prediction_pairs(forward: torch.Tensor, backward: torch.Tensor, batch: TokenBatch, vocab: Vocab):

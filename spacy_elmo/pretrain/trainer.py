@@ -260,7 +260,7 @@ class Trainer:
                 module.load_state_dict(state)
         self.ddp: torch.nn.Module = self.model
         if self.world > 1:
-            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model)
         self.optimizer = _optimizer(self.model, training)
         self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
         if resuming:
@@ -398,6 +398,7 @@ class Trainer:
         with torch.autocast(self.device.type, dtype=torch.bfloat16) if training.bf16 else nullcontext():
             loss = self.ddp(batch)
         loss.mean.backward()
+        self._drop_idle_clusters(loss.tail_targets)
         if training.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), training.grad_clip)
         self.optimizer.step()
@@ -405,6 +406,17 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return loss.mean.item(), sum(len(s) + 1 for s in batch)
+
+    def _drop_idle_clusters(self, tail_targets: torch.Tensor) -> None:
+        """Forget the gradients of the softmax's tail clusters that no process's targets reached this step (zeros:
+        every cluster runs in every step, see :class:`BiLanguageModel`), so that the optimizer leaves them and their
+        moments as they are, as for any parameter a step does not use."""
+        if dist.is_initialized():
+            dist.all_reduce(tail_targets)
+        for cluster, count in zip(self.model.softmax.tail, tail_targets.tolist()):
+            if count == 0:
+                for param in cluster.parameters():
+                    param.grad = None
 
     def _count_and_agree(self, tokens: int, stop_requested: bool) -> bool:
         """Add every rank's tokens of this step to ``tokens_seen``; whether any rank was asked to stop.

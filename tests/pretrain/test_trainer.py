@@ -1,3 +1,4 @@
+import copy
 import json
 import shutil
 import subprocess
@@ -76,6 +77,7 @@ def _torchrun_replicas(tmp_path, config):
     worker = ["-m", "tests.pretrain.ddp_worker", str(path), str(tmp_path / "out")]
     done = subprocess.run(torchrun(*worker), capture_output=True, text=True, timeout=300, cwd=_repo_root())
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "find_unused_parameters" not in done.stderr  # torch's note of a search for unused parameters, not needed
     replicas = [torch.load(tmp_path / "out" / f"replica{r}.pt", weights_only=True) for r in (0, 1)]
     for name, tensor in replicas[0].items():
         assert torch.equal(tensor, replicas[1][name]), name
@@ -258,3 +260,42 @@ def test_a_run_prints_its_pace_once_after_its_first_evaluation_with_the_steps_le
     _trainer(tmp_path, 6, eval_every=2).run(progress=False)
     lines = [line for line in capsys.readouterr().out.splitlines() if "steps/s" in line]
     assert len(lines) == 1 and "; 4 steps to go: about " in lines[0], lines
+
+
+def test_a_step_leaves_the_softmax_clusters_no_target_reached_as_an_unused_parameter():
+    """Every tail cluster runs in every step (so DDP needs no search for unused parameters) and adds nothing to the
+    loss; a cluster no target reached keeps no gradient, so the optimizer leaves it and its moments alone."""
+    import tempfile
+    from pathlib import Path
+
+    trainer = _trainer(Path(tempfile.mkdtemp()) / "out", 2)
+    words, tail = trainer.vocab.words, trainer.model.softmax.tail
+    first_tail_word = words[trainer.model.softmax.cutoffs[0]]
+    common = [words[3:6] * 2]  # head words only: no target in any tail cluster
+    def kept() -> list:  # the tail's parameters and their optimizer state (its step count included)
+        return [(p.detach().clone(), copy.deepcopy(trainer.optimizer.state.get(p))) for p in tail.parameters()]
+
+    def same(a: list, b: list) -> bool:
+        return all(torch.equal(x, y) and str(s) == str(t) for (x, s), (y, t) in zip(a, b))
+
+    before = kept()
+    trainer.stream.next_batch = lambda: common
+    trainer.train_step()
+    assert same(before, kept())
+    trainer.stream.next_batch = lambda: [[*words[3:6], first_tail_word, *words[3:5]]]
+    trainer.train_step()
+    assert not same(before, kept())
+
+
+def test_the_loss_counts_the_targets_of_each_tail_cluster_and_gets_every_parameter_a_gradient():
+    import tempfile
+    from pathlib import Path
+
+    trainer = _trainer(Path(tempfile.mkdtemp()) / "out", 2)
+    model, words = trainer.model, trainer.vocab.words
+    sentence = [*words[3:6], words[model.softmax.cutoffs[0]], words[4]]
+    loss = model([sentence])
+    # targets: each word's next (4 forward) and previous (4 backward); the tail word is one of each
+    assert loss.tail_targets.tolist() == [2] + [0] * (len(model.softmax.tail) - 1)
+    loss.mean.backward()
+    assert all(p.grad is not None for p in model.parameters())
