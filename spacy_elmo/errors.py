@@ -71,6 +71,10 @@ class ResumeError(ElmoError, ValueError):
     """A run would resume from a checkpoint made with other settings."""
 
 
+class PeerLostError(ElmoError):
+    """A process of a distributed pretraining run stopped answering: killed, or its machine lost."""
+
+
 class InitializeError(ElmoError, ValueError):
     """The biLM a run should start from is missing or has another architecture."""
 

@@ -6,20 +6,21 @@ holds a usable model) and how a rerun resumes: docs/pretraining.md, "Output" and
 import json
 import math
 import os
+import re
 import shutil
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 from confection import Config
 from tqdm import tqdm
 
-from ..errors import ElmoError, ElmoSettingsError, InitializeError, PretrainConfigError, ResumeError
+from ..errors import ElmoError, ElmoSettingsError, InitializeError, PeerLostError, PretrainConfigError, ResumeError
 from ..model.devices import check_device
 from ..util.files import atomic_write
 from ..util.interrupts import stop_on_signal
@@ -75,6 +76,16 @@ def _device(local_rank: int) -> torch.device:
 def _barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
+
+
+def _ranks_not_seeing(path: Path) -> List[int]:
+    """The ranks of the run to which ``path``, written by rank 0, does not exist (on several machines, those whose
+    disk is not rank 0's)."""
+    if not dist.is_initialized():
+        return []
+    seen: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, path.exists())
+    return [rank for rank, found in enumerate(seen) if not found]
 
 
 def _build_vocab(config: PretrainConfig, output_dir: Path, tokenize, rank: int) -> Vocab:
@@ -203,6 +214,10 @@ def check_resumable(saved_path: Path, config: Config) -> Dict[str, Any]:
     return saved
 
 
+# What torch's process group says when another process stopped answering (gloo's words; NCCL's end in a timeout).
+PEER_LOSS = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|[Tt]imed out|timeout", re.ASCII)
+
+
 class StoppedTogether(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped :meth:`Trainer.run`: every rank saved the checkpoint and stopped at the same step."""
 
@@ -249,6 +264,15 @@ class Trainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             atomic_write(self.output_dir / "config.cfg", raw_config.to_disk)
         _barrier()
+        blind = _ranks_not_seeing(self.output_dir / "config.cfg")
+        if blind:  # every rank knows, and stops here: the group can end at once (Trainer.close says why it must)
+            if self._owns_group:
+                dist.destroy_process_group()
+            raise PretrainConfigError(
+                f"rank(s) {', '.join(map(str, blind))} do not see {self.output_dir / 'config.cfg'}, which rank 0 "
+                "wrote: the processes of a run read its vocabulary and checkpoints there, so on several machines give "
+                "them all one output directory on a disk they share (docs/pretraining.md, \"Several machines\")"
+            )
         self.vocab = _build_vocab(config, self.output_dir, tokenize, self.rank)
         torch.manual_seed(training.seed)
         self.model = BiLanguageModel(
@@ -263,8 +287,10 @@ class Trainer:
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model)
         self.optimizer = _optimizer(self.model, training)
         self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
+        self.saved_step: Optional[int] = None  # the step of the last checkpoint this rank knows written
         if resuming:
             self._load_checkpoint()
+            self.saved_step = self.step
 
     def __enter__(self) -> "Trainer":
         return self
@@ -318,7 +344,9 @@ class Trainer:
                 "precision": self.precision,
             }
             atomic_write(self.output_dir / CHECKPOINT, lambda p: torch.save(state, p))
+            self.saved_step = self.step
         _barrier()
+        self.saved_step = self.step  # the other ranks know it written once rank 0 passed the barrier
 
     def _load_checkpoint(self) -> None:
         path = self.output_dir / CHECKPOINT
@@ -391,6 +419,29 @@ class Trainer:
         record = json.dumps({"step": self.step, "tokens_seen": self.tokens_seen, **result})
         atomic_write(scores, lambda p: p.write_text(record, encoding="utf-8"))
 
+    @contextmanager
+    def _peer_loss_said(self) -> Iterator[None]:
+        """A collective that failed because another process of the run stopped answering (its connection closed,
+        or a timeout) becomes a :class:`PeerLostError` saying which, as far as the error tells, the last checkpoint
+        and how to resume."""
+        try:
+            yield
+        except RuntimeError as err:
+            found = PEER_LOSS.search(str(err))
+            if self.world == 1 or found is None:
+                raise
+            peer = re.search(r"\[([^\]]+)\]:\d+", str(err))
+            who = f"rank {1 - self.rank}" if self.world == 2 else "another process of the run"
+            at = f" (at {peer.group(1)})" if peer else ""
+            known = "is" if self.rank == 0 else "known here is"  # rank 0 writes them: the others learn it at a barrier
+            kept = (f"the last checkpoint {known} step {self.saved_step}, {self.output_dir / CHECKPOINT}"
+                    if self.saved_step is not None else "no checkpoint was written yet")
+            self.close()  # quick with a peer gone; left to the interpreter's exit, the process would abort
+            raise PeerLostError(
+                f"lost contact with {who}{at} at step {self.step} ({found.group(0)}); {kept}; run the same command "
+                "on every machine to resume"
+            ) from None
+
     def train_step(self) -> Tuple[float, int]:
         """One optimizer step on this process's next batch; the batch's mean loss and the tokens it read."""
         training = self.config.training
@@ -452,7 +503,7 @@ class Trainer:
         window = _Window(self.tokens_seen)
         pace: Optional[_Window] = _Window(self.tokens_seen)  # this call's steps, until the first evaluation tells the pace
         last_eval: Optional[Dict[str, float]] = None
-        with stop_on_signal() as stop:
+        with self._peer_loss_said(), stop_on_signal() as stop:
             while self.step < training.max_steps and not self._tokens_reached():
                 start = time.perf_counter()
                 loss, tokens = self.train_step()

@@ -4,6 +4,7 @@ The kills are deterministic: ``tests/robustness/kill_at.py`` runs the command so
 step of a chosen write. After every kill the output directory must hold the last complete checkpoint
 and export, which load; rerunning the command must finish with exactly the weights of an uninterrupted run.
 """
+import os
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.trainer import CHECKPOINT, Trainer
 from spacy_elmo.pretrain.vocab import Vocab
 
-from tests.conftest import torchrun
+from tests.conftest import free_port, torchrun
 from tests.pretrain.conftest import tiny_config
 from tests.robustness.kill_at import WRITE_STEPS
 
@@ -167,3 +168,31 @@ def test_a_distributed_run_ends_its_process_group_threads_before_exit(tmp_path):
     for rank in (0, 1):
         threads = (out / f"threads{rank}.txt").read_text(encoding="utf-8").split()
         assert threads and not [name for name in threads if "gloo" in name], threads
+
+
+def test_a_machine_lost_mid_run_leaves_the_other_with_one_line_and_the_checkpoint(tmp_path):
+    """Two machines as torchrun starts them (--nnodes 2, one process each, sharing the output directory); rank 1's
+    process is killed (SIGKILL: nothing of it answers again, as when its machine goes). Rank 0 ends non-zero with
+    one line of its own, naming rank 1, the checkpoint kept and how to resume, and no Python traceback of its own."""
+    config = tmp_path / "pretrain.cfg"
+    tiny_config(100_000, checkpoint_every=3, log_every=1, eval_every=100_000).to_disk(config)
+    out, port = tmp_path / "out", str(free_port())
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+              "--master-addr", "127.0.0.1", "--master-port", port]
+    machines = [subprocess.Popen([*launch, "--node-rank", str(rank), "-m", "spacy_elmo", "pretrain", str(config),
+                                  str(out), "--quiet"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for rank in (0, 1)]
+    try:
+        wait_for(machines[0], lambda: (out / CHECKPOINT).exists() and len(_children(machines[1].pid)) == 1)
+        os.kill(_children(machines[1].pid)[0], signal.SIGKILL)
+        _, said = machines[0].communicate(timeout=120)
+    finally:
+        for machine in machines:
+            machine.kill()
+            machine.wait()
+    kept = torch.load(out / CHECKPOINT, weights_only=True)["step"]
+    assert machines[0].returncode != 0
+    line = next(line for line in said.splitlines() if line.startswith("✘ "))
+    assert line.startswith("✘ lost contact with rank 1 (at 127.0.0.1) at step "), line
+    assert f"the last checkpoint is step {kept}, {out / CHECKPOINT}; run the same command on every machine" in line
+    assert "GLHF" not in said and "RuntimeError" not in said, said[-3000:]
