@@ -85,6 +85,10 @@ CHECKS: Dict[str, Check] = {
     "--training.max_tokens 5000000": Check("help"),
     "python -m spacy_elmo pretrain configs/pretrain_zh_classics_tiny.cfg runs/zh_classics_tiny --training.max_steps 2100":
         Check("help"),
+    "torchrun --nnodes 2 --node-rank 0 --nproc_per_node 1 --master-addr 10.0.0.1 --master-port 29500 -m spacy_elmo "
+    'pretrain pretrain.cfg /shared/out --paths.train "corpus/*.txt.gz"': Check("help"),
+    "torchrun --nnodes 2 --node-rank 1 --nproc_per_node 1 --master-addr 10.0.0.1 --master-port 29500 -m spacy_elmo "
+    'pretrain pretrain.cfg /shared/out --paths.train "corpus/*.txt.gz"': Check("help"),
     # docs/usage.md
     "python -m spacy project run convert": Check("as written"),
     "python -m spacy_elmo embed corpus.txt corpus.hdf5": Check("as written"),
