@@ -299,3 +299,19 @@ def test_the_loss_counts_the_targets_of_each_tail_cluster_and_gets_every_paramet
     assert loss.tail_targets.tolist() == [2] + [0] * (len(model.softmax.tail) - 1)
     loss.mean.backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_0_reports_the_run_and_the_others_only_what_they_did(tmp_path):
+    path = tmp_path / "ddp.cfg"
+    tiny_config(4, checkpoint_every=4, log_every=4).to_disk(path)  # [paths] dev is given
+    command = torchrun("-m", "spacy_elmo", "pretrain", str(path), str(tmp_path / "out"), "--quiet")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=_repo_root())
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("Done: 4 steps") and "held-out perplexity: forward" in line]) == 1
+    assert len([line for line in lines if line.startswith("ELMo files: ")]) == 1
+    assert [line for line in lines if line.startswith("Rank ")] == [
+        "Rank 1 of 2 done: 4 steps; rank 0 reports the run and writes its files"
+    ]
+    assert "no held-out perplexity" not in done.stdout
