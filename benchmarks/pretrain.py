@@ -12,6 +12,8 @@ state; it prints each round's tokens/s, their median and the per-round ratio to 
 ``--processes 2 --threads 1`` is docs/pretraining.md's CPU recipe (``torchrun --nproc_per_node 2 ...
 --training.threads 1``): that many one-thread gloo DDP processes, each on its own batches of the same shape;
 their tokens/s add up. bf16 is refused where this CPU has no native bf16, as ``pretrain`` refuses it.
+``--ddp-search`` adds each setting again with DDP's search for unused parameters on (``find_unused_parameters``,
+which the trainer no longer asks for), timed in the same rounds: what dropping the search gained.
 
     python benchmarks/pretrain.py --processes 2 --threads 1 --precision fp32,bf16 --rounds 5
     python benchmarks/pretrain.py --preset tiny --threads 1 --steps 30 --pause-pretraining
@@ -24,8 +26,11 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Dict, List
+from unittest import mock
 
 import torch
 import torch.multiprocessing as mp
@@ -89,25 +94,36 @@ def _time_steps(trainer: Trainer, batches: List) -> float:
 
 
 def _measure(rank: int, args: argparse.Namespace, out: str, results: Dict) -> None:
-    """This process's tokens/s of each precision in each round (``results[rank][precision]``, one per round)."""
+    """This process's tokens/s of each setting in each round (``results[rank][setting]``, one per round)."""
     if args.processes > 1:
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.processes), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     trainers: Dict[str, Trainer] = {}
-    for precision in args.precision:
-        folder = Path(out) / precision
+    for setting in _settings(args):
+        precision, search = setting.split("+")[0], setting.endswith(SEARCH)
+        folder = Path(out) / setting
         if trainers and rank == 0:  # the vocabulary of the first, not built again (the trainer reads it after a barrier)
             folder.mkdir()
-            shutil.copyfile(Path(out) / args.precision[0] / "vocab.txt", folder / "vocab.txt")
-        trainers[precision] = Trainer(*_config(args, precision), folder)  # the first starts the process group
-        trainers[precision].model.train()
-    batches = [trainers[args.precision[0]].stream.next_batch() for _ in range(args.steps + 2)]
-    rates: Dict[str, List[float]] = {precision: [] for precision in args.precision}
+            shutil.copyfile(Path(out) / next(iter(trainers)) / "vocab.txt", folder / "vocab.txt")
+        ddp = partial(torch.nn.parallel.DistributedDataParallel, find_unused_parameters=True)
+        with mock.patch("torch.nn.parallel.DistributedDataParallel", ddp) if search else nullcontext():
+            trainers[setting] = Trainer(*_config(args, precision), folder)  # the first starts the process group
+        trainers[setting].model.train()
+    batches = [next(iter(trainers.values())).stream.next_batch() for _ in range(args.steps + 2)]
+    rates: Dict[str, List[float]] = {setting: [] for setting in trainers}
     for _ in range(args.rounds):
-        for precision, trainer in trainers.items():
-            rates[precision].append(_time_steps(trainer, batches))
+        for setting, trainer in trainers.items():
+            rates[setting].append(_time_steps(trainer, batches))
     results[rank] = rates
     for trainer in reversed(trainers.values()):  # the first, which started the process group, ends it last
         trainer.close()
+
+
+SEARCH = "+ddp-search"
+
+
+def _settings(args: argparse.Namespace) -> List[str]:
+    """What is timed: each precision, and with ``--ddp-search`` each again with DDP's search for unused parameters."""
+    return [*args.precision, *(f"{p}{SEARCH}" for p in args.precision if args.ddp_search)]
 
 
 def _free_port() -> int:
@@ -136,6 +152,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="timed rounds (median reported)")
     parser.add_argument("--processes", type=int, default=1, help="one-thread DDP processes (gloo)")
     parser.add_argument("--pause-pretraining", action="store_true", help="SIGSTOP spacy_elmo pretrain runs meanwhile")
+    parser.add_argument("--ddp-search", action="store_true", help="each setting also with DDP's unused-parameter search")
     args = parser.parse_args()
     with pretraining_paused(args.pause_pretraining):
         report(args)
@@ -166,7 +183,7 @@ def report(args: argparse.Namespace) -> None:
             results = {}
             _measure(0, args, out, results)
     # Each process timed its own tokens over the same steps: together they trained on the sum.
-    rates = {precision: [sum(r[precision][i] for r in results.values()) for i in range(args.rounds)] for precision in args.precision}
+    rates = {setting: [sum(r[setting][i] for r in results.values()) for i in range(args.rounds)] for setting in _settings(args)}
     label = f"{args.processes} x 1" if args.processes > 1 else f"1 x {args.threads}"
     print("| preset | processes x threads | batch tokens | optimizer | precision | tokens/s per round | median | share of fp32 FLOP ceiling |")
     print("|---|---|---|---|---|---|---|---|")
@@ -175,12 +192,15 @@ def report(args: argparse.Namespace) -> None:
         share = rate * 3 * 2 * forward / (gflops * 1e9 * max(args.processes, 1))
         rounds = ", ".join(f"{r:,.0f}" for r in per_round)
         print(f"| {args.preset} | {label} | {args.batch_tokens} | {args.optimizer} | {precision} | {rounds} | {rate:,.0f} | {share:.0%} |")
-    base = args.precision[0]
-    for precision in args.precision[1:]:
-        ratios = [new / old for new, old in zip(rates[precision], rates[base])]
+    settings = _settings(args)
+    for setting in settings[1:]:
+        if setting.endswith(SEARCH):  # what dropping the search gained: the trainer's own DDP against the search
+            new, old = setting.removesuffix(SEARCH), setting
+        else:
+            new, old = setting, settings[0]
+        ratios = [a / b for a, b in zip(rates[new], rates[old])]
         listed = ", ".join(f"{r:.2f}" for r in ratios)
-        print(f"{precision}/{base} tokens/s: {listed} per round (median {statistics.median(ratios):.2f}x)")
-
+        print(f"{new}/{old} tokens/s: {listed} per round (median {statistics.median(ratios):.2f}x)")
 
 if __name__ == "__main__":
     main()
