@@ -491,8 +491,14 @@ class Trainer:
         checkpointing on the way; resumable.
 
         Ctrl-C or SIGTERM (on any one rank) stops every rank after the current step with a
-        checkpoint written, then raises StoppedTogether (a KeyboardInterrupt).
+        checkpoint written, then raises StoppedTogether (a KeyboardInterrupt). A process of the run that stops
+        answering, at any collective of the run, ends it with a :class:`PeerLostError` (:meth:`_peer_loss_said`).
         """
+        with self._peer_loss_said():
+            return self._train(progress)
+
+    def _train(self, progress: bool) -> Dict[str, Any]:
+        """:meth:`run`'s evaluations, steps, logs and checkpoints."""
         training = self.config.training
         self.model.train()
         evaluated_at = None  # the step whose weights this call last evaluated
@@ -503,7 +509,7 @@ class Trainer:
         window = _Window(self.tokens_seen)
         pace: Optional[_Window] = _Window(self.tokens_seen)  # this call's steps, until the first evaluation tells the pace
         last_eval: Optional[Dict[str, float]] = None
-        with self._peer_loss_said(), stop_on_signal() as stop:
+        with stop_on_signal() as stop:
             while self.step < training.max_steps and not self._tokens_reached():
                 start = time.perf_counter()
                 loss, tokens = self.train_step()

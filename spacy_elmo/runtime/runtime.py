@@ -2,9 +2,9 @@
 
 ``ElmoEmbedder``, the ``elmo`` component (through its thinc model), the ``embed`` command and the AllenNLP classes
 each hold an :class:`ElmoRuntime`: the biLM, its :class:`BiLmSettings`, the token cache, the state carried between
-calls, the request batcher and the thread setting. It is built once per model and changed only by :meth:`ElmoRuntime.configure`
-(a new settings value: only what differs is applied) or by loading other weights; nothing that depends only on the
-settings is decided per call.
+calls, the request batcher and the thread setting. It is built once per model and changed only by
+:meth:`ElmoRuntime.configure` (a new settings value: only what differs is applied) or by loading other weights;
+nothing that depends only on the settings is decided per call.
 """
 import dataclasses
 import warnings

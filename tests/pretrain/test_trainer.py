@@ -262,13 +262,10 @@ def test_a_run_prints_its_pace_once_after_its_first_evaluation_with_the_steps_le
     assert len(lines) == 1 and "; 4 steps to go: about " in lines[0], lines
 
 
-def test_a_step_leaves_the_softmax_clusters_no_target_reached_as_an_unused_parameter():
+def test_a_step_leaves_the_softmax_clusters_no_target_reached_as_an_unused_parameter(tmp_path):
     """Every tail cluster runs in every step (so DDP needs no search for unused parameters) and adds nothing to the
     loss; a cluster no target reached keeps no gradient, so the optimizer leaves it and its moments alone."""
-    import tempfile
-    from pathlib import Path
-
-    trainer = _trainer(Path(tempfile.mkdtemp()) / "out", 2)
+    trainer = _trainer(tmp_path / "out", 2)
     words, tail = trainer.vocab.words, trainer.model.softmax.tail
     first_tail_word = words[trainer.model.softmax.cutoffs[0]]
     common = [words[3:6] * 2]  # head words only: no target in any tail cluster
@@ -287,11 +284,8 @@ def test_a_step_leaves_the_softmax_clusters_no_target_reached_as_an_unused_param
     assert not same(before, kept())
 
 
-def test_the_loss_counts_the_targets_of_each_tail_cluster_and_gets_every_parameter_a_gradient():
-    import tempfile
-    from pathlib import Path
-
-    trainer = _trainer(Path(tempfile.mkdtemp()) / "out", 2)
+def test_the_loss_counts_the_targets_of_each_tail_cluster_and_gets_every_parameter_a_gradient(tmp_path):
+    trainer = _trainer(tmp_path / "out", 2)
     model, words = trainer.model, trainer.vocab.words
     sentence = [*words[3:6], words[model.softmax.cutoffs[0]], words[4]]
     loss = model([sentence])
