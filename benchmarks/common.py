@@ -6,6 +6,7 @@ any checkout of it, old or new, the same way.
 """
 import os
 import platform
+import resource
 import signal
 import subprocess
 import sys
@@ -21,6 +22,11 @@ UD_SAMPLE = ROOT / "assets" / "sample" / "ud_english_ewt"
 CONLL = SHARED / "conll2003"
 PRESETS = ("small", "medium", "original")  # the published architectures, for seeded random weights
 CPU_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "VNNI", "avx512_bf16": "bf16", "amx_tile": "AMX"}
+# Other processes' CPU use, in cores on average, above which the machine is too busy for a table: a shell and an
+# idle desktop take a few hundredths of a core, a test run or a second benchmark a whole one.
+BUSY_CORES = 0.2
+# Set for the measuring processes a benchmark starts: the benchmark that started them watches the machine.
+WATCHED = "SPACY_ELMO_BENCHMARK_WATCHED"
 
 T = TypeVar("T")
 Sentence = List[str]
@@ -171,8 +177,67 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+class OtherProcesses:
+    """The CPU time the rest of the machine takes from the moment this is made: the machine's busy time in
+    /proc/stat (the hypervisor's steal included: a shared VM's neighbours) less this process's and its children's.
+    Steadier than the load average, which counts the benchmark itself and lags by a minute."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic(), *self._seconds()
+
+    @staticmethod
+    def _seconds() -> Tuple[float, float, float]:
+        """(busy, stolen, own) CPU seconds so far: the machine's, the hypervisor's steal, this process tree's."""
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+        tick = os.sysconf("SC_CLK_TCK")
+        own = sum(getattr(resource.getrusage(who), field) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                  for field in ("ru_utime", "ru_stime"))
+        return (user + nice + system + irq + softirq + steal) / tick, steal / tick, own
+
+    def cores(self) -> Tuple[float, float]:
+        """Cores the other processes used on average since then, and of those the hypervisor's steal."""
+        start, busy, stolen, own = self.start
+        now_busy, now_stolen, now_own = self._seconds()
+        elapsed = max(time.monotonic() - start, 1e-9)
+        return max(now_busy - busy - (now_own - own), 0.0) / elapsed, (now_stolen - stolen) / elapsed
+
+
+def _said(cores: Tuple[float, float]) -> str:
+    return f"{cores[0]:.2f} cores (steal {cores[1]:.2f})"
+
+
+@contextmanager
+def quiet_machine(allow_load: bool = False) -> Iterator[None]:
+    """Time the block only on a quiet machine: other processes must use under :data:`BUSY_CORES` in the second
+    before it and on average while it runs. Prints what they used (and the load average) after the block's report;
+    exits with a message, so that its figures do not go into a table, where they used more, unless ``allow_load``.
+    Processes the block starts (each round's measuring child) inherit :data:`WATCHED` and leave the watch to it."""
+    if os.environ.get(WATCHED) or not Path("/proc/stat").exists():
+        yield
+        return
+    probe = OtherProcesses()
+    time.sleep(1.0)
+    before = probe.cores()
+    advice = "run it on a quiet machine, or pass --allow-load to keep figures from a loaded one (and say so)"
+    if before[0] > BUSY_CORES and not allow_load:
+        sys.exit(f"other processes use {_said(before)} of this machine's {os.cpu_count()}: timings would not "
+                 f"reproduce; {advice}")
+    watch = OtherProcesses()
+    os.environ[WATCHED] = "1"
+    try:
+        yield
+    finally:
+        del os.environ[WATCHED]
+    during = watch.cores()
+    print(f"\nother processes: {_said(before)} before, {_said(during)} on average during the run, of "
+          f"{os.cpu_count()} CPUs ({', '.join(cpu_flags()) or 'no AVX2'}); load average {load()}")
+    if during[0] > BUSY_CORES and not allow_load:
+        sys.exit(f"the machine was loaded during the run: these figures are not for a table; {advice}")
+
+
 def header(argv: Sequence[str]) -> None:
-    """Print the command and the machine: the first lines of every report."""
+    """Print the command and the machine: the first lines of every report (:func:`quiet_machine` prints the last)."""
     print(f"command: python {' '.join(argv)}\nmachine: {machine()}\n")
 
 

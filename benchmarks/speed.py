@@ -38,7 +38,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from common import PRESETS, header, interleaved, load, load_sentences, pretraining_paused, seeded_model, best_time
+from common import (PRESETS, best_time, header, interleaved, load, load_sentences, pretraining_paused, quiet_machine,
+                    seeded_model)
 
 ModelFiles = Tuple[Optional[str], Optional[str]]
 MEASURES = ("pipe", "one-doc", "pipe-listener", "one-doc-listener", "threads8", "embed-batch1", "embed-batch32",
@@ -834,6 +835,7 @@ def ab(args: argparse.Namespace) -> None:
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     main.add_argument("--pause-pretraining", action="store_true", help="SIGSTOP spacy_elmo pretrain runs meanwhile")
+    main.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
     sub = main.add_subparsers(dest="command", required=True)
 
     def command(name: str, function: Callable, model: Optional[str] = None, **flags) -> argparse.ArgumentParser:
@@ -879,7 +881,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser().parse_args(argv)
-    with pretraining_paused(args.pause_pretraining):
+    with pretraining_paused(args.pause_pretraining), quiet_machine(args.allow_load):
         args.function(args)
 
 

@@ -32,10 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from common import ROOT, header, load, load_sentences, seeded_model
+from common import ROOT, header, load, load_sentences, quiet_machine, seeded_model
 
 BPE = Path(__file__).resolve().parent / "data" / "bbpe_ud_12k"
 ELMO = ("elmo-fp32", "elmo-int8")
@@ -213,6 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     r.add_argument("--old", help="root of an older checkout (a git worktree) whose ELMo is measured too")
     r.add_argument("--new", default=str(ROOT), help="root of the checkout measured (default: this one)")
     r.add_argument("--json", help="write every round's figures here")
+    r.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
     r.set_defaults(function=run)
     c = sub.add_parser("child", help=argparse.SUPPRESS)
     c.add_argument("config", choices=list(ELMO) + list(TRANSFORMERS))
@@ -225,13 +227,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     f.add_argument("--precision", default="int8")
     f.add_argument("--sentences", type=int, default=50)
     f.add_argument("--top", type=int, default=15)
+    f.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
     f.set_defaults(function=profile)
     b = sub.add_parser("bpe", help=bpe.__doc__)
     b.add_argument("--vocab-size", type=int, default=12000)
     b.add_argument("--out", default=str(BPE))
     b.set_defaults(function=bpe)
     args = p.parse_args(argv)
-    args.function(args)
+    with quiet_machine(args.allow_load) if args.function in (run, profile) else nullcontext():
+        args.function(args)
 
 
 if __name__ == "__main__":
