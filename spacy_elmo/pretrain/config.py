@@ -1,7 +1,7 @@
 """Pretraining configs: spaCy-style ``.cfg`` files, validated before any work starts."""
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Optional, Tuple, Union
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 import torch
 from confection import Config
@@ -98,7 +98,7 @@ class TrainingSection(_Section):
     checkpoint_every: PositiveInt = 500
     log_every: PositiveInt = 50
     threads: NonNegativeInt = 1  # torch threads per process; 0 keeps torch's own (one per core), which collapses on a busy machine
-    bf16: bool = False
+    bf16: Union[bool, Literal["auto"]] = "auto"  # "auto": the faster of the two, timed at the start (native bf16 only)
 
     @field_validator("optimizer")
     @classmethod
@@ -170,14 +170,17 @@ def bf16_support(device: torch.device) -> Tuple[bool, str]:
 
 def init_config_text(preset_name: str) -> str:
     """:func:`default_config` as text, with ``[training] bf16`` chosen for the device training would run on here
-    (as the trainer picks it: the GPU if there is one), and a comment line above it saying why."""
+    (as the trainer picks it: the GPU if there is one), and a comment line above it saying why: ``"auto"`` (the
+    trainer times both precisions) where bf16 is native, ``false`` where it would be emulated."""
     config = default_config(preset_name)
     native, why = bf16_support(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-    config["training"]["bf16"] = native
+    config["training"]["bf16"] = "auto" if native else False
     lines = config.to_str().split("\n")
     # A comment must have a line of its own: confection reads text after a value as part of the value.
-    at = lines.index("bf16 = true" if native else "bf16 = false", lines.index("[training]"))
-    lines.insert(at, f"# init-config set bf16 = {'true' if native else 'false'}: {why}")
+    value = 'bf16 = "auto"' if native else "bf16 = false"
+    at = lines.index(value, lines.index("[training]"))
+    then = "; the run times fp32 and bf16 steps at its start and trains in the faster" if native else ""
+    lines.insert(at, f"# init-config set {value}: {why}{then}")
     return "\n".join(lines)
 
 

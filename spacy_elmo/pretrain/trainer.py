@@ -13,7 +13,7 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -36,6 +36,9 @@ from .language_model import BiLanguageModel
 from .vocab import Vocab
 
 CHECKPOINT = "checkpoint.pt"
+# [training] bf16 = "auto": timed passes of each precision, and how much faster bf16 must be to be chosen.
+TIMED_PASSES = 3
+BF16_MARGIN = 1.05
 SOFTMAX = "softmax.pt"  # a run kept without its checkpoint: the softmax, fp16 (scripts/export_softmax.py)
 BEST = "best"
 
@@ -237,6 +240,7 @@ class Trainer:
         self.rank, self.world, self._owns_group = _distributed()
         if config.training.threads > 0:
             hold_threads(config.training.threads)
+        # "auto" until the checkpoint or a measurement (below) decides it.
         self.precision, self.precision_reason = _precision(config.training.bf16, self.device)
         resuming = (self.output_dir / CHECKPOINT).exists()
         saved = check_resumable(self.output_dir / "config.cfg", raw_config) if resuming else {}
@@ -291,6 +295,8 @@ class Trainer:
         if resuming:
             self._load_checkpoint()
             self.saved_step = self.step
+        if self.precision == "auto":
+            self.precision, self.precision_reason = self._measured_precision()
 
     def __enter__(self) -> "Trainer":
         return self
@@ -381,7 +387,10 @@ class Trainer:
             self.stream.continue_epoch(streams)
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
         made_in = state.get("precision", self._saved_precision)
-        if made_in is not None and made_in != self.precision:
+        if self.precision == "auto" and made_in is not None:
+            self.precision = made_in
+            self.precision_reason = f'[training] bf16 = "auto": {made_in}, as measured when the run started'
+        elif made_in is not None and made_in != self.precision:
             warnings.warn(
                 f"The precision changed (checkpoint {made_in}, now {self.precision}): training continues from {path}, "
                 f"but will not equal a run that kept {made_in}",
@@ -446,7 +455,7 @@ class Trainer:
         """One optimizer step on this process's next batch; the batch's mean loss and the tokens it read."""
         training = self.config.training
         batch = self.stream.next_batch()
-        with torch.autocast(self.device.type, dtype=torch.bfloat16) if training.bf16 else nullcontext():
+        with self._autocast(self.precision):
             loss = self.ddp(batch)
         loss.mean.backward()
         self._drop_idle_clusters(loss.tail_targets)
@@ -457,6 +466,41 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return loss.mean.item(), sum(len(s) + 1 for s in batch)
+
+    def _autocast(self, precision: str) -> Any:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+
+    def _measured_precision(self) -> Tuple[str, str]:
+        """``[training] bf16 = "auto"``: fp32 or bf16, whichever trains this run's first batch faster here.
+
+        Each process times a forward and backward pass of its first batch in each precision, alternating, after an
+        untimed pair; the times summed over the processes decide for all of them. bf16 must win by
+        :data:`BF16_MARGIN`, since it rounds every product. The model (its gradients cleared), optimizer, data
+        stream and random state are left as they were, so the run then equals one given the chosen precision.
+        """
+        stream = self.stream.state_dict()
+        batch = self.stream.next_batch()
+        self.stream.load_state_dict(stream)
+        seconds = torch.zeros(2, dtype=torch.float64, device=self.device)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            for timed in [False] + [True] * TIMED_PASSES:
+                for i, precision in enumerate(("fp32", "bf16")):
+                    start = time.perf_counter()
+                    with self._autocast(precision):
+                        loss = self.model(batch)
+                    loss.mean.backward()
+                    if self.device.type == "cuda":
+                        torch.cuda.synchronize(self.device)
+                    seconds[i] += (time.perf_counter() - start) if timed else 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        if dist.is_initialized():
+            dist.all_reduce(seconds)
+        speedup = float(seconds[0] / seconds[1])
+        chosen = "bf16" if speedup >= BF16_MARGIN else "fp32"
+        return chosen, (
+            f'[training] bf16 = "auto": a step of this run\'s first batch ran {speedup:.2f}x as fast in bf16 as in fp32 '
+            f"here ({TIMED_PASSES} timed passes each), and bf16 is chosen from {BF16_MARGIN}x"
+        )
 
     def _drop_idle_clusters(self, tail_targets: torch.Tensor) -> None:
         """Forget the gradients of the softmax's tail clusters that no process's targets reached this step (zeros:
@@ -607,10 +651,13 @@ class _Window:
         }
 
 
-def _precision(bf16: bool, device: torch.device) -> Tuple[str, str]:
-    """The run's precision (``"bf16"``: autocast, ``"fp32"``) and why; refuses bf16 where ``device`` would emulate it,
-    which trains far slower than fp32, before anything is written."""
+def _precision(bf16: Union[bool, str], device: torch.device) -> Tuple[str, str]:
+    """The run's precision (``"bf16"``: autocast, ``"fp32"``) and why; ``"auto"`` where the setting is ``"auto"`` and
+    ``device`` has native bf16 (:meth:`Trainer._measured_precision` decides). Refuses bf16 where ``device`` would
+    emulate it, which trains far slower than fp32, before anything is written."""
     native, why = bf16_support(device)
+    if bf16 == "auto":
+        return ("auto", why) if native else ("fp32", f'[training] bf16 = "auto"; {why}')
     if not bf16:
         return "fp32", f"[training] bf16 = false; {why}"
     if not native:

@@ -19,7 +19,7 @@ def tiny_config(max_steps: int, **training) -> Config:
     config["corpus"].update(max_sentence_tokens=40)
     config["training"].update(
         max_steps=max_steps, batch_tokens=120, eval_every=1000, checkpoint_every=5, log_every=5, threads=1,
-        learn_rate=0.2, seed=3,
+        learn_rate=0.2, seed=3, bf16=False,
     )
     config["training"].update(training)
     return config

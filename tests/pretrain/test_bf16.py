@@ -1,5 +1,7 @@
-"""bf16 pretraining (``[training] bf16``, autocast): chosen by init-config, refused where emulated, recorded."""
+"""bf16 pretraining (``[training] bf16``, autocast): chosen by init-config or timed by the run ("auto"), refused where
+emulated, recorded."""
 import json
+import time
 import warnings
 
 import pytest
@@ -10,7 +12,8 @@ from typer.testing import CliRunner
 import spacy_elmo.pretrain.config as config_module
 from spacy_elmo.commands.cli import app
 from spacy_elmo.pretrain.config import load_config
-from spacy_elmo.pretrain.trainer import CHECKPOINT, Trainer
+from spacy_elmo.pretrain.language_model import BiLanguageModel
+from spacy_elmo.pretrain.trainer import CHECKPOINT, TIMED_PASSES, Trainer
 from tests.pretrain.conftest import tiny_config
 
 
@@ -29,7 +32,7 @@ def _trainer(out, max_steps, **training) -> Trainer:
     return Trainer(*load_config(tiny_config(max_steps, **training)), out)
 
 
-@pytest.mark.parametrize("native, value, reason", [(True, "true", "has native bf16"), (False, "false", "has no native bf16")])
+@pytest.mark.parametrize("native, value, reason", [(True, '"auto"', "has native bf16"), (False, "false", "has no native bf16")])
 def test_init_config_sets_bf16_for_this_cpu_with_a_comment_line_saying_why(tmp_path, native_bf16, native, value, reason):
     native_bf16(native)
     done = CliRunner().invoke(app, ["init-config", str(tmp_path / "c.cfg")])
@@ -37,7 +40,54 @@ def test_init_config_sets_bf16_for_this_cpu_with_a_comment_line_saying_why(tmp_p
     lines = (tmp_path / "c.cfg").read_text(encoding="utf-8").splitlines()
     at = lines.index(f"bf16 = {value}", lines.index("[training]"))
     assert lines[at - 1].startswith(f"# init-config set bf16 = {value}: this CPU (") and reason in lines[at - 1]
-    assert Config().from_disk(tmp_path / "c.cfg")["training"]["bf16"] is native
+    assert Config().from_disk(tmp_path / "c.cfg")["training"]["bf16"] == ("auto" if native else False)
+
+
+def test_auto_trains_fp32_without_timing_where_bf16_would_be_emulated(tmp_path, native_bf16, monkeypatch):
+    native_bf16(False)
+    monkeypatch.setattr(Trainer, "_measured_precision", None)  # calling it would fail
+    trainer = _trainer(tmp_path, 2, bf16="auto")
+    assert trainer.precision == "fp32"
+    assert trainer.precision_reason.startswith('[training] bf16 = "auto"; this CPU (') and "no native bf16" in trainer.precision_reason
+
+
+@pytest.mark.parametrize("slowed, chosen", [("bf16", "fp32"), ("fp32", "bf16")])
+def test_auto_trains_in_the_precision_its_timed_passes_found_faster(tmp_path, native_bf16, monkeypatch, slowed, chosen):
+    native_bf16(True)
+    forward = BiLanguageModel.forward
+
+    def slowed_forward(model, sentences):
+        if torch.is_autocast_enabled("cpu") == (slowed == "bf16"):
+            time.sleep(0.05)  # far beyond what either precision takes on this tiny model's batch
+        return forward(model, sentences)
+
+    monkeypatch.setattr(BiLanguageModel, "forward", slowed_forward)
+    trainer = _trainer(tmp_path, 2, bf16="auto")
+    assert trainer.precision == chosen
+    assert f"x as fast in bf16 as in fp32 here ({TIMED_PASSES} timed passes each)" in trainer.precision_reason
+
+
+def test_a_run_after_its_timed_passes_equals_one_given_the_chosen_precision(tmp_path, native_bf16):
+    native_bf16(True)  # emulated where not native: slow, but the model is tiny
+    auto = _trainer(tmp_path / "auto", 3, bf16="auto")
+    auto.run(progress=False)
+    given = _trainer(tmp_path / "given", 3, bf16=auto.precision == "bf16")
+    given.run(progress=False)
+    for (name, a), b in zip(auto.model.state_dict().items(), given.model.state_dict().values()):
+        assert torch.equal(a, b), name  # the same steps on the same batches, the same random draws
+    assert auto.stream.state_dict() == given.stream.state_dict()
+
+
+def test_a_resumed_auto_run_keeps_its_measured_precision_without_timing_again(tmp_path, native_bf16, monkeypatch):
+    native_bf16(True)
+    first = _trainer(tmp_path, 5, bf16="auto")
+    first.run(progress=False)
+    monkeypatch.setattr(Trainer, "_measured_precision", None)  # calling it would fail
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "precision changed"
+        resumed = _trainer(tmp_path, 10, bf16="auto")
+    assert resumed.step == 5 and resumed.precision == first.precision
+    assert resumed.precision_reason == f'[training] bf16 = "auto": {first.precision}, as measured when the run started'
 
 
 def test_pretrain_refuses_bf16_on_a_cpu_without_native_bf16_in_one_line(tmp_path, native_bf16):
