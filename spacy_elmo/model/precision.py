@@ -147,7 +147,8 @@ class Int8Linear(LowPrecisionLinear):
             return out
         few, many = kernels[0].kernels  # type: ignore[attr-defined]
         kernel = few if rows < ONEDNN_ROWS else many
-        magnitude = torch.linalg.vector_norm(x, float("inf"), dim=2, keepdim=True).clamp_min_(1e-30).div_(LEVELS)
+        # max|x| per row; exact either way, and 6-17x faster than linalg.vector_norm(x, inf) (BENCHMARKS.md).
+        magnitude = x.abs().amax(dim=2, keepdim=True).clamp_min_(1e-30).div_(LEVELS)
         levels = _level_rows(x, scratch)
         torch.div(x, magnitude, out=levels.narrow(2, 0, width)).round_()
         rows_in = kernel.rows(levels, width)
