@@ -45,6 +45,12 @@ def vnni_cpu() -> bool:
     return "avx512_vnni" in flags if flags is not None else _torch_says("_is_vnni_supported")
 
 
+def amx_cpu() -> bool:
+    """Whether this CPU has AMX's int8 tiles, where oneDNN's int8 products beat fbgemm's from a few rows up."""
+    flags = cpu_flags()
+    return "amx_int8" in flags if flags is not None else _torch_says("_is_amx_tile_supported")
+
+
 def suggested_precision() -> Tuple[str, str]:
     """The precision that suits this CPU, and why (measured: BENCHMARKS.md, "Reduced precision")."""
     if vnni_cpu():

@@ -27,7 +27,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from ..errors import ElmoSettingsError
-from .cpu import native_bf16_cpu, vnni_cpu
+from .cpu import amx_cpu, native_bf16_cpu
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
@@ -261,14 +261,16 @@ INT8_KERNELS = {kernel.name: kernel for kernel in (FbgemmInt8, OneDnnInt8, Dequa
 # SPACY_ELMO_INT8_KERNEL=<name>: the one int8 kernel to use for every product (benchmarks and tests); unset or
 # "auto", :func:`int8_kernels` chooses by the CPU and the rows.
 INT8_KERNEL_VARIABLE = "SPACY_ELMO_INT8_KERNEL"
-# Products of this many rows or more run on oneDNN where fbgemm is the other choice (measured: BENCHMARKS.md).
+# Products of this many rows or more run on oneDNN where fbgemm is the other choice (AMX; measured: BENCHMARKS.md).
 ONEDNN_ROWS = 4
 
 
 def int8_kernels() -> Tuple[type, type]:
     """The int8 kernels of new :class:`Int8Linear` products: (for fewer than :data:`ONEDNN_ROWS` rows, for more).
-    fbgemm for few rows, oneDNN for more on CPUs with AVX512-VNNI (on AVX2 fbgemm is faster at any rows); without
-    fbgemm oneDNN for all, without both the dequantized weights; :data:`INT8_KERNEL_VARIABLE` names one for all."""
+    fbgemm for few rows, oneDNN for more on CPUs with AMX; fbgemm alone on others, where it ran the embedded model and
+    ``small`` fastest (with AVX512-VNNI too: the pair was 0.82-0.92x there, 1.04-1.14x for ``original``; BENCHMARKS.md).
+    Without fbgemm oneDNN for all, without both the dequantized weights; :data:`INT8_KERNEL_VARIABLE` names one for
+    all."""
     chosen = os.environ.get(INT8_KERNEL_VARIABLE, "auto")
     if chosen != "auto":
         if chosen not in INT8_KERNELS:
@@ -279,7 +281,7 @@ def int8_kernels() -> Tuple[type, type]:
             raise ElmoSettingsError(f"{INT8_KERNEL_VARIABLE}={chosen}: this torch ({torch.__version__}) lacks that kernel")
         return INT8_KERNELS[chosen], INT8_KERNELS[chosen]
     present = [kernel for name, kernel in INT8_KERNELS.items() if _has_kernel(name)]
-    if present[0] is FbgemmInt8 and OneDnnInt8 in present and vnni_cpu():
+    if present[0] is FbgemmInt8 and OneDnnInt8 in present and amx_cpu():
         return FbgemmInt8, OneDnnInt8
     return present[0], present[0]
 

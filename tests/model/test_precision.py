@@ -267,6 +267,17 @@ def test_onednn_int8_products_are_the_exact_integer_sums():
     torch.testing.assert_close(product, exact.float(), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("amx, expected", [(False, ("fbgemm", "fbgemm")), (True, ("fbgemm", "onednn"))])
+def test_int8_splits_its_products_between_the_kernels_on_amx_cpus_only(monkeypatch, amx, expected):
+    """Where torch has both kernels: fbgemm alone without AMX (on a VNNI CPU the split was slower for the small
+    models), few rows on fbgemm and the rest on oneDNN with AMX (BENCHMARKS.md, "The int8 kernels")."""
+    if not (precision_module._has_kernel("fbgemm") and precision_module._has_kernel("onednn")):
+        pytest.skip(f"torch {torch.__version__} lacks one of the two int8 kernels here")
+    monkeypatch.delenv(precision_module.INT8_KERNEL_VARIABLE, raising=False)
+    monkeypatch.setattr(precision_module, "amx_cpu", lambda: amx)
+    assert tuple(kernel.name for kernel in precision_module.int8_kernels()) == expected
+
+
 def test_an_unknown_int8_kernel_is_refused_in_one_line(monkeypatch):
     monkeypatch.setenv(precision_module.INT8_KERNEL_VARIABLE, "int4")
     with pytest.raises(ValueError, match="^SPACY_ELMO_INT8_KERNEL must be auto or one of fbgemm, onednn, dequantized, found 'int4'$"):
