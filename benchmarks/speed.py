@@ -297,26 +297,26 @@ def serving(args: argparse.Namespace) -> None:
             pipelines["fp32, 2 torch threads"] = elmo_nlp(files, threads=2)
             if native_bf16_cpu():
                 pipelines["bf16"] = elmo_nlp(files, "bf16")
-    words = sum(len(doc) for doc in fp32.pipe(texts))
-    for nlp in pipelines.values():
-        list(nlp.pipe(texts))
-    n = args.threads
-    with ThreadPoolExecutor(n) as pool:
-        runs: Dict[str, Callable[[], object]] = {"nlp.pipe fp32": lambda: list(fp32.pipe(texts, batch_size=64))}
-        for name, nlp in pipelines.items():
-            runs[f"one Doc per call {name}"] = lambda nlp=nlp: [nlp(text) for text in texts]
-        runs[f"{n} threads, one Doc per call fp32"] = lambda: list(pool.map(fp32, texts))
-        if args.extras:
-            runs[f"{n} threads, one Doc per call int8"] = lambda: list(pool.map(int8, texts))
-        seconds = interleaved(runs, args.rounds)[0]
-    header(sys.argv)
-    print(f"model {args.model}; {len(texts)} UD-EWT dev sentences ({words:,} words), warm default token cache, the "
-          f"component's one torch thread; words/s of wall time, median of {args.rounds} interleaved rounds\n")
-    print("| mode | words/s | x nlp.pipe fp32 |\n| --- | ---: | ---: |")
-    pipe = words / statistics.median(seconds["nlp.pipe fp32"])
-    for mode, times in seconds.items():
-        rate = words / statistics.median(times)
-        print(f"| {mode} | {rate:,.0f} | {rate / pipe:.2f} |")
+        words = sum(len(doc) for doc in fp32.pipe(texts))
+        for nlp in pipelines.values():
+            list(nlp.pipe(texts))
+        n = args.threads
+        with ThreadPoolExecutor(n) as pool:
+            runs: Dict[str, Callable[[], object]] = {"nlp.pipe fp32": lambda: list(fp32.pipe(texts, batch_size=64))}
+            for name, nlp in pipelines.items():
+                runs[f"one Doc per call {name}"] = lambda nlp=nlp: [nlp(text) for text in texts]
+            runs[f"{n} threads, one Doc per call fp32"] = lambda: list(pool.map(fp32, texts))
+            if args.extras:
+                runs[f"{n} threads, one Doc per call int8"] = lambda: list(pool.map(int8, texts))
+            seconds = interleaved(runs, args.rounds)[0]
+        header(sys.argv)
+        print(f"model {args.model}; {len(texts)} UD-EWT dev sentences ({words:,} words), warm default token cache, the "
+              f"component's one torch thread; words/s of wall time, median of {args.rounds} interleaved rounds\n")
+        print("| mode | words/s | x nlp.pipe fp32 |\n| --- | ---: | ---: |")
+        pipe = words / statistics.median(seconds["nlp.pipe fp32"])
+        for mode, times in seconds.items():
+            rate = words / statistics.median(times)
+            print(f"| {mode} | {rate:,.0f} | {rate / pipe:.2f} |")
 
 
 # --- threads ---------------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import FrozenSet, Optional, Tuple
 
 CPUINFO = Path("/proc/cpuinfo")
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 def cpu_flags() -> Optional[FrozenSet[str]]:
@@ -49,6 +50,18 @@ def amx_cpu() -> bool:
     """Whether this CPU has AMX's int8 tiles, where oneDNN's int8 products beat fbgemm's from a few rows up."""
     flags = cpu_flags()
     return "amx_int8" in flags if flags is not None else _torch_says("_is_amx_tile_supported")
+
+
+def l2_cache_bytes() -> int:
+    """The size of one core's L2 cache, as Linux lists it (1 MiB where it lists none)."""
+    for index in sorted(CPU_CACHES.glob("index*")):
+        try:
+            if (index / "level").read_text().strip() == "2":
+                size = (index / "size").read_text().strip()
+                return int(size.rstrip("KMG")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1], 1)
+        except (OSError, ValueError):
+            break
+    return 2**20
 
 
 def suggested_precision() -> Tuple[str, str]:

@@ -27,7 +27,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from ..errors import ElmoSettingsError
-from .cpu import amx_cpu, native_bf16_cpu
+from .cpu import amx_cpu, l2_cache_bytes, native_bf16_cpu, vnni_cpu
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
@@ -132,7 +132,7 @@ class Int8Linear(LowPrecisionLinear):
         columns = weight.detach().float().t()  # (out, in), the layout the kernels pack
         self.scales = (columns.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
         levels = torch.round(columns / self.scales[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()
-        self.kernels = int8_kernels()
+        self.kernels = int8_kernels(levels.numel())
         self.packed = {kernel.name: kernel.pack(levels, self.scales) for kernel in set(self.kernels)}
 
     @staticmethod
@@ -261,16 +261,17 @@ INT8_KERNELS = {kernel.name: kernel for kernel in (FbgemmInt8, OneDnnInt8, Dequa
 # SPACY_ELMO_INT8_KERNEL=<name>: the one int8 kernel to use for every product (benchmarks and tests); unset or
 # "auto", :func:`int8_kernels` chooses by the CPU and the rows.
 INT8_KERNEL_VARIABLE = "SPACY_ELMO_INT8_KERNEL"
-# Products of this many rows or more run on oneDNN where fbgemm is the other choice (AMX; measured: BENCHMARKS.md).
+# Products of this many rows or more run on oneDNN where fbgemm is the other choice (measured: BENCHMARKS.md).
 ONEDNN_ROWS = 4
 
 
-def int8_kernels() -> Tuple[type, type]:
-    """The int8 kernels of new :class:`Int8Linear` products: (for fewer than :data:`ONEDNN_ROWS` rows, for more).
-    fbgemm for few rows, oneDNN for more on CPUs with AMX; fbgemm alone on others, where it ran the embedded model and
-    ``small`` fastest (with AVX512-VNNI too: the pair was 0.82-0.92x there, 1.04-1.14x for ``original``; BENCHMARKS.md).
-    Without fbgemm oneDNN for all, without both the dequantized weights; :data:`INT8_KERNEL_VARIABLE` names one for
-    all."""
+def int8_kernels(weight_bytes: int = 0) -> Tuple[type, type]:
+    """The int8 kernels of a new :class:`Int8Linear` product of ``weight_bytes`` int8 weights: (for fewer than
+    :data:`ONEDNN_ROWS` rows, for more). fbgemm for few rows and oneDNN for more on CPUs with AMX, and on CPUs with
+    AVX512-VNNI for weights larger than the core's L2 cache; fbgemm alone otherwise (measured: on a VNNI EPYC the
+    pair ran the embedded model and ``small``, whose products' weights fit in L2, 0.82-0.92x as fast as fbgemm alone,
+    and ``original`` 1.04-1.14x; on AVX2 oneDNN is slower at any rows; BENCHMARKS.md, "The int8 kernels"). Without
+    fbgemm oneDNN for all, without both the dequantized weights; :data:`INT8_KERNEL_VARIABLE` names one for all."""
     chosen = os.environ.get(INT8_KERNEL_VARIABLE, "auto")
     if chosen != "auto":
         if chosen not in INT8_KERNELS:
@@ -281,7 +282,7 @@ def int8_kernels() -> Tuple[type, type]:
             raise ElmoSettingsError(f"{INT8_KERNEL_VARIABLE}={chosen}: this torch ({torch.__version__}) lacks that kernel")
         return INT8_KERNELS[chosen], INT8_KERNELS[chosen]
     present = [kernel for name, kernel in INT8_KERNELS.items() if _has_kernel(name)]
-    if present[0] is FbgemmInt8 and OneDnnInt8 in present and amx_cpu():
+    if present[0] is FbgemmInt8 and OneDnnInt8 in present and (amx_cpu() or (vnni_cpu() and weight_bytes > l2_cache_bytes())):
         return FbgemmInt8, OneDnnInt8
     return present[0], present[0]
 

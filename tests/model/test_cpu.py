@@ -31,3 +31,13 @@ def test_this_machines_features_agree_with_torchs_tests():
     assert cpu.vnni_cpu() == torch.cpu._is_vnni_supported()
     assert cpu.native_bf16_cpu() == (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
     assert cpu.amx_cpu() == torch.cpu._is_amx_tile_supported()
+
+
+@pytest.mark.parametrize("listed, expected", [({"1": "48K", "2": "2048K", "3": "105M"}, 2 * 2**20), ({}, 2**20)])
+def test_the_l2_cache_size_comes_from_the_list_linux_keeps(tmp_path, monkeypatch, listed, expected):
+    for i, (level, size) in enumerate(listed.items()):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "level").write_text(f"{level}\n")
+        (tmp_path / f"index{i}" / "size").write_text(f"{size}\n")
+    monkeypatch.setattr(cpu, "CPU_CACHES", tmp_path)
+    assert cpu.l2_cache_bytes() == expected

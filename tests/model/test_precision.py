@@ -267,15 +267,23 @@ def test_onednn_int8_products_are_the_exact_integer_sums():
     torch.testing.assert_close(product, exact.float(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("amx, expected", [(False, ("fbgemm", "fbgemm")), (True, ("fbgemm", "onednn"))])
-def test_int8_splits_its_products_between_the_kernels_on_amx_cpus_only(monkeypatch, amx, expected):
-    """Where torch has both kernels: fbgemm alone without AMX (on a VNNI CPU the split was slower for the small
-    models), few rows on fbgemm and the rest on oneDNN with AMX (BENCHMARKS.md, "The int8 kernels")."""
+SPLIT, FBGEMM = ("fbgemm", "onednn"), ("fbgemm", "fbgemm")
+
+
+@pytest.mark.parametrize("amx, vnni, weight_bytes, expected", [
+    (True, True, 1000, SPLIT), (False, True, 2 * 2**20, SPLIT), (False, True, 2**20, FBGEMM),
+    (False, False, 8 * 2**20, FBGEMM),
+])
+def test_int8_splits_its_products_between_the_kernels_where_that_was_measured_faster(monkeypatch, amx, vnni, weight_bytes, expected):
+    """Where torch has both kernels: few rows on fbgemm and the rest on oneDNN with AMX, and with VNNI for weights
+    beyond the L2 cache (1 MiB here); fbgemm alone otherwise (BENCHMARKS.md, "The int8 kernels")."""
     if not (precision_module._has_kernel("fbgemm") and precision_module._has_kernel("onednn")):
         pytest.skip(f"torch {torch.__version__} lacks one of the two int8 kernels here")
     monkeypatch.delenv(precision_module.INT8_KERNEL_VARIABLE, raising=False)
     monkeypatch.setattr(precision_module, "amx_cpu", lambda: amx)
-    assert tuple(kernel.name for kernel in precision_module.int8_kernels()) == expected
+    monkeypatch.setattr(precision_module, "vnni_cpu", lambda: vnni)
+    monkeypatch.setattr(precision_module, "l2_cache_bytes", lambda: 2**20)
+    assert tuple(kernel.name for kernel in precision_module.int8_kernels(weight_bytes)) == expected
 
 
 def test_an_unknown_int8_kernel_is_refused_in_one_line(monkeypatch):
