@@ -17,7 +17,8 @@ them: fbgemm's dynamic quantized linear (on the quantized tensors that torch 2.1
 linear on plain int8 tensors (the kernel torch keeps for its x86 int8 inference) and, where torch has neither, the
 weights dequantized to float32 for each product. All three give the same floats for the same rows (exact integer
 sums, one rounding in the scaling), so a call may pick its kernel by its number of rows (:func:`int8_kernels`):
-fbgemm costs less per call (one-row products), oneDNN runs batches faster on VNNI/AMX CPUs (BENCHMARKS.md)."""
+fbgemm costs less per call (one-row products), oneDNN runs batches faster on AMX CPUs and, for weights beyond the
+L2 cache, on VNNI CPUs (BENCHMARKS.md)."""
 import functools
 import os
 import types
