@@ -11,7 +11,7 @@ products are built (exact: a power of two) one ``sigmoid`` covers all four gates
 doubled, ``2c`` (exact too), which is what ``tanh(c)`` needs: a step is then 12 tensor operations instead of 15, none
 with a Python number to wrap, which matters where a step's rows are few (one sentence per call: 10 us of its 150).
 """
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -70,7 +70,7 @@ class LstmWithProjection(nn.Module):
         """
         packing = Packing(lengths, x.shape[1], x.device)
         h0, c0 = h0.index_select(0, packing.order)[None], c0.index_select(0, packing.order)[None]
-        out, h, c = run_packed(StackedProducts([self]), packing.pack(x, 1), packing.active, h0, c0)
+        out, h, c = run_packed(prepared_products([self], {}, 0), packing.pack(x, 1), packing.active, h0, c0)
         return packing.unpack(out), h[0].index_select(0, packing.unsort), c[0].index_select(0, packing.unsort)
 
 
@@ -229,15 +229,55 @@ def run_packed(
     return out, torch.cat(final_h[::-1], dim=1), torch.cat(final_c2[::-1], dim=1) * 0.5
 
 
+class _StepWeights(torch.autograd.Function):
+    """Stacked weights, unchanged, for the :class:`_StepProduct` of every LSTM step. Autograd runs its backward
+    after every step's: it forms the weights' gradient from all the steps' (input, output gradient) pairs in one
+    product, where autograd alone would run one small weight-gradient product per step."""
+
+    @staticmethod
+    def forward(ctx: Any, weights: torch.Tensor, steps: List[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        ctx.steps = steps
+        return weights.view_as(weights)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
+        steps = ctx.steps  # emptied below: a graph kept for another backward pass (retain_graph) fills it again
+        grads = torch.cat([g for _, g in steps], dim=1)
+        inputs = torch.cat([x for x, _ in steps], dim=1).to(grads.dtype)  # bf16 under autocast, as the products ran
+        steps.clear()
+        return grad + torch.bmm(inputs.transpose(1, 2), grads).to(grad.dtype), None
+
+
+class _StepProduct(torch.autograd.Function):
+    """``x @ weights`` (batched) for one LSTM step; its backward gives ``x`` its gradient and leaves the pair
+    (``x``, output gradient) to the weights' :class:`_StepWeights`."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weights: torch.Tensor, steps: List[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        ctx.save_for_backward(x, weights)
+        ctx.steps = steps
+        return torch.bmm(x, weights)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None, None]:
+        x, weights = ctx.saved_tensors
+        ctx.steps.append((x, grad))
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        return torch.bmm(grad, weights.transpose(1, 2).to(grad.dtype)), None, None  # autograd casts it to x's type
+
+
 class StackedProducts:
     """The three matrix products of several LSTMs side by side, each in fp32 or at the LSTMs' reduced precision.
 
     fp32 products run as one batched product over the stacked weights; reduced ones as one product per LSTM.
     Built from the LSTMs' weights as they are: :func:`prepared_products` keeps one until the biLM is told they
-    changed (:meth:`~spacy_elmo.model.bilm.BiLm.weights_changed`).
+    changed (:meth:`~spacy_elmo.model.bilm.BiLm.weights_changed`). While the weights learn (``learning``), each
+    step's recurrent and projection products leave their weight gradients to one product over all the steps
+    (:class:`_StepWeights`): the fine-tuning pass's backward ran 1.2x as fast (BENCHMARKS.md, "The AllenNLP drop-in").
     """
 
-    def __init__(self, lstms: Sequence[LstmWithProjection]):
+    def __init__(self, lstms: Sequence[LstmWithProjection], learning: bool = False):
         self.lstms = tuple(lstms)
         self.low = {name: [lstm.low_precision[name] for lstm in lstms] for name in lstms[0].low_precision}
         scale = lstms[0]._gate_scale
@@ -249,6 +289,12 @@ class StackedProducts:
         for name in {"input", "hidden"} & set(self.w):
             self.w[name] = self.w[name] * scale
         self.bias = ((torch.stack([lstm.bias for lstm in lstms]) + lstms[0]._forget_offset) * scale).unsqueeze(1)
+        # Each deferred product's steps' (input, output gradient) pairs, filled by the backward pass.
+        self.steps: Dict[str, List[Tuple[torch.Tensor, torch.Tensor]]] = {}
+        if learning:
+            for name in {"hidden", "projection"} & set(self.w):
+                self.steps[name] = []
+                self.w[name] = _StepWeights.apply(self.w[name], self.steps[name])
 
     def inputs(self, x: torch.Tensor, scratch: Scratch) -> torch.Tensor:
         """Gate inputs with the bias (and the forget gate's +1): ``bias + x W_in``."""
@@ -260,12 +306,16 @@ class StackedProducts:
         """``step_in + h W_rec``."""
         if "hidden" in self.low:
             return stacked_linear(self.low["hidden"], h, step_in, scratch)
+        if "hidden" in self.steps:
+            return step_in + _StepProduct.apply(h, self.w["hidden"], self.steps["hidden"])
         return torch.baddbmm(step_in, h, self.w["hidden"])
 
     def project(self, cell_out: torch.Tensor, scratch: Scratch) -> torch.Tensor:
         """``cell_out W_proj``."""
         if "projection" in self.low:
             return stacked_linear(self.low["projection"], cell_out, scratch=scratch)
+        if "projection" in self.steps:
+            return _StepProduct.apply(cell_out, self.w["projection"], self.steps["projection"])
         return torch.bmm(cell_out, self.w["projection"])
 
 
@@ -278,7 +328,7 @@ def prepared_products(lstms: Sequence[LstmWithProjection], kept: Dict[int, Stack
     and inference mode, usable in any later call.
     """
     if torch.is_grad_enabled() and any(p.requires_grad for lstm in lstms for p in lstm.parameters()):
-        return StackedProducts(lstms)
+        return StackedProducts(lstms, learning=True)
     products = kept.get(key)
     if products is None:
         with torch.inference_mode(False), torch.no_grad():

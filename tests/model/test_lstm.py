@@ -56,3 +56,21 @@ def test_zero_clip_means_no_clip():
     lstm.cell_clip = lstm.proj_clip = np.inf
     ref, _, _ = _numpy_lstm(lstm, x[0].numpy(), np.zeros(3), np.zeros(7))
     np.testing.assert_allclose(out[0].numpy(), ref, atol=1e-5)
+
+
+def test_every_gradient_matches_the_numerical_derivative_with_rows_of_different_lengths():
+    """Training runs each step's recurrent and projection products with their weight gradients left to one product
+    over all steps: the backward pass against finite differences (float64), for the weights, inputs and start."""
+    lstm = _lstm().double()
+    lstm.cell_clip = lstm.proj_clip = 0.0  # the clips' corners are not differentiable
+    names = [name for name, _ in lstm.named_parameters()]
+    x = torch.randn(3, 5, 5, dtype=torch.float64, requires_grad=True)
+    h0 = (torch.randn(3, 3, dtype=torch.float64) * 0.1).requires_grad_()
+    c0 = (torch.randn(3, 7, dtype=torch.float64) * 0.1).requires_grad_()
+
+    def outputs(x, h0, c0, *params):
+        out, h_n, c_n = torch.func.functional_call(lstm, dict(zip(names, params)), (x, [5, 3, 1], h0, c0))
+        return out, h_n, c_n
+
+    params = [p.detach().clone().requires_grad_() for p in lstm.parameters()]
+    assert torch.autograd.gradcheck(outputs, (x, h0, c0, *params), eps=1e-6, atol=1e-6)
