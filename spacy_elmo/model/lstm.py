@@ -22,6 +22,8 @@ from .precision import LowPrecisionLinear, Scratch, low_precision_linear, stacke
 
 # Packed rows per input product in :func:`run_packed`.
 BLOCK_ROWS = 256
+# Rows of the steps' inputs and gradients that a deferred weight gradient sums in one product (_PendingGradient).
+GRADIENT_ROWS = 512
 
 
 class LstmWithProjection(nn.Module):
@@ -229,39 +231,67 @@ def run_packed(
     return out, torch.cat(final_h[::-1], dim=1), torch.cat(final_c2[::-1], dim=1) * 0.5
 
 
+class _PendingGradient:
+    """A deferred product's weight gradient: the steps' (input, output gradient) pairs, summed into it by one product
+    each time they hold :data:`GRADIENT_ROWS` rows, and at the end; few large products, in bounded memory."""
+
+    def __init__(self) -> None:
+        self.pairs: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        self.rows = 0
+        self.total: Optional[torch.Tensor] = None
+
+    def add(self, x: torch.Tensor, grad: torch.Tensor) -> None:
+        self.pairs.append((x, grad))
+        self.rows += x.shape[1]
+        if self.rows >= GRADIENT_ROWS:
+            self._sum()
+
+    def take(self) -> Optional[torch.Tensor]:
+        """The gradient summed so far (float32), and start again (a graph kept by ``retain_graph`` adds anew)."""
+        self._sum()
+        total, self.total = self.total, None
+        return total
+
+    def _sum(self) -> None:
+        if not self.pairs:
+            return
+        grads = torch.cat([g for _, g in self.pairs], dim=1)
+        inputs = torch.cat([x for x, _ in self.pairs], dim=1).to(grads.dtype)  # bf16 under autocast, as the step ran
+        part = torch.bmm(inputs.transpose(1, 2), grads).float()
+        self.total = part if self.total is None else self.total.add_(part)
+        self.pairs, self.rows = [], 0
+
+
 class _StepWeights(torch.autograd.Function):
     """Stacked weights, unchanged, for the :class:`_StepProduct` of every LSTM step. Autograd runs its backward
-    after every step's: it forms the weights' gradient from all the steps' (input, output gradient) pairs in one
-    product, where autograd alone would run one small weight-gradient product per step."""
+    after every step's, and adds the gradient the steps left in their :class:`_PendingGradient`: a few products over
+    many steps' rows, where autograd alone would run one small weight-gradient product per step."""
 
     @staticmethod
-    def forward(ctx: Any, weights: torch.Tensor, steps: List[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        ctx.steps = steps
+    def forward(ctx: Any, weights: torch.Tensor, pending: _PendingGradient) -> torch.Tensor:
+        ctx.pending = pending
         return weights.view_as(weights)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
-        steps = ctx.steps  # emptied below: a graph kept for another backward pass (retain_graph) fills it again
-        grads = torch.cat([g for _, g in steps], dim=1)
-        inputs = torch.cat([x for x, _ in steps], dim=1).to(grads.dtype)  # bf16 under autocast, as the products ran
-        steps.clear()
-        return grad + torch.bmm(inputs.transpose(1, 2), grads).to(grad.dtype), None
+        total = ctx.pending.take()
+        return (grad if total is None else grad + total.to(grad.dtype)), None
 
 
 class _StepProduct(torch.autograd.Function):
     """``x @ weights`` (batched) for one LSTM step; its backward gives ``x`` its gradient and leaves the pair
-    (``x``, output gradient) to the weights' :class:`_StepWeights`."""
+    (``x``, output gradient) to the weights' :class:`_PendingGradient`."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weights: torch.Tensor, steps: List[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, weights: torch.Tensor, pending: _PendingGradient) -> torch.Tensor:
         ctx.save_for_backward(x, weights)
-        ctx.steps = steps
+        ctx.pending = pending
         return torch.bmm(x, weights)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None]:
         x, weights = ctx.saved_tensors
-        ctx.steps.append((x, grad))
+        ctx.pending.add(x, grad)
         if not ctx.needs_input_grad[0]:
             return None, None, None
         return torch.bmm(grad, weights.transpose(1, 2).to(grad.dtype)), None, None  # autograd casts it to x's type
@@ -273,8 +303,8 @@ class StackedProducts:
     fp32 products run as one batched product over the stacked weights; reduced ones as one product per LSTM.
     Built from the LSTMs' weights as they are: :func:`prepared_products` keeps one until the biLM is told they
     changed (:meth:`~spacy_elmo.model.bilm.BiLm.weights_changed`). While the weights learn (``learning``), each
-    step's recurrent and projection products leave their weight gradients to one product over all the steps
-    (:class:`_StepWeights`): the fine-tuning pass's backward ran 1.2x as fast (BENCHMARKS.md, "The AllenNLP drop-in").
+    step's recurrent and projection products leave their weight gradients to a few products over many steps
+    (:class:`_StepWeights`): a step of `original`'s shape ran 1.22x as fast (BENCHMARKS.md, "The AllenNLP drop-in").
     """
 
     def __init__(self, lstms: Sequence[LstmWithProjection], learning: bool = False):
@@ -289,12 +319,12 @@ class StackedProducts:
         for name in {"input", "hidden"} & set(self.w):
             self.w[name] = self.w[name] * scale
         self.bias = ((torch.stack([lstm.bias for lstm in lstms]) + lstms[0]._forget_offset) * scale).unsqueeze(1)
-        # Each deferred product's steps' (input, output gradient) pairs, filled by the backward pass.
-        self.steps: Dict[str, List[Tuple[torch.Tensor, torch.Tensor]]] = {}
+        # Each deferred product's weight gradient, filled by the backward pass.
+        self.pending: Dict[str, _PendingGradient] = {}
         if learning:
             for name in {"hidden", "projection"} & set(self.w):
-                self.steps[name] = []
-                self.w[name] = _StepWeights.apply(self.w[name], self.steps[name])
+                self.pending[name] = _PendingGradient()
+                self.w[name] = _StepWeights.apply(self.w[name], self.pending[name])
 
     def inputs(self, x: torch.Tensor, scratch: Scratch) -> torch.Tensor:
         """Gate inputs with the bias (and the forget gate's +1): ``bias + x W_in``."""
@@ -306,16 +336,16 @@ class StackedProducts:
         """``step_in + h W_rec``."""
         if "hidden" in self.low:
             return stacked_linear(self.low["hidden"], h, step_in, scratch)
-        if "hidden" in self.steps:
-            return step_in + _StepProduct.apply(h, self.w["hidden"], self.steps["hidden"])
+        if "hidden" in self.pending:
+            return step_in + _StepProduct.apply(h, self.w["hidden"], self.pending["hidden"])
         return torch.baddbmm(step_in, h, self.w["hidden"])
 
     def project(self, cell_out: torch.Tensor, scratch: Scratch) -> torch.Tensor:
         """``cell_out W_proj``."""
         if "projection" in self.low:
             return stacked_linear(self.low["projection"], cell_out, scratch=scratch)
-        if "projection" in self.steps:
-            return _StepProduct.apply(cell_out, self.w["projection"], self.steps["projection"])
+        if "projection" in self.pending:
+            return _StepProduct.apply(cell_out, self.w["projection"], self.pending["projection"])
         return torch.bmm(cell_out, self.w["projection"])
 
 

@@ -1,6 +1,8 @@
 import numpy as np
+import pytest
 import torch
 
+import spacy_elmo.model.lstm as lstm_module
 from spacy_elmo.model.lstm import LstmWithProjection
 
 
@@ -58,9 +60,12 @@ def test_zero_clip_means_no_clip():
     np.testing.assert_allclose(out[0].numpy(), ref, atol=1e-5)
 
 
-def test_every_gradient_matches_the_numerical_derivative_with_rows_of_different_lengths():
-    """Training runs each step's recurrent and projection products with their weight gradients left to one product
-    over all steps: the backward pass against finite differences (float64), for the weights, inputs and start."""
+@pytest.mark.parametrize("gradient_rows", [512, 2])
+def test_every_gradient_matches_the_numerical_derivative_with_rows_of_different_lengths(monkeypatch, gradient_rows):
+    """Training runs each step's recurrent and projection products with their weight gradients left to a few products
+    over many steps (all steps at once, or every 2 rows): the backward pass against finite differences (float64),
+    for the weights, inputs and start."""
+    monkeypatch.setattr(lstm_module, "GRADIENT_ROWS", gradient_rows)
     lstm = _lstm().double()
     lstm.cell_clip = lstm.proj_clip = 0.0  # the clips' corners are not differentiable
     names = [name for name, _ in lstm.named_parameters()]
