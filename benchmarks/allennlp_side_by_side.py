@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from allennlp.modules.elmo import Elmo as AllenNlpElmo, batch_to_ids as allennlp_batch_to_ids  # noqa: E402
-from common import best_time, load, load_sentences, machine, quiet_machine, seeded_model  # noqa: E402
+from common import add_allow_load, best_time, load, load_sentences, machine, quiet_machine, seeded_model  # noqa: E402
 
 from spacy_elmo.allennlp import Elmo, batch_to_ids  # noqa: E402
 
@@ -77,7 +77,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--preset", default="small", choices=["small", "medium", "original"])
-    parser.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
+    add_allow_load(parser)
     args = parser.parse_args(argv)
     with quiet_machine(args.allow_load):
         report(args)

@@ -4,6 +4,7 @@ The scripts beside this file (``speed.py``, ``quality.py``, ``pretrain.py``) imp
 public names only (``ElmoEmbedder``, the ``elmo`` factory, the ``spacy_elmo.model`` classes), so that they measure
 any checkout of it, old or new, the same way.
 """
+import argparse
 import os
 import platform
 import resource
@@ -201,6 +202,11 @@ class OtherProcesses:
         now_busy, now_stolen, now_own = self._seconds()
         elapsed = max(time.monotonic() - start, 1e-9)
         return max(now_busy - busy - (now_own - own), 0.0) / elapsed, (now_stolen - stolen) / elapsed
+
+
+def add_allow_load(parser: argparse.ArgumentParser) -> None:
+    """The ``--allow-load`` flag, which :func:`quiet_machine` reads."""
+    parser.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
 
 
 def _said(cores: Tuple[float, float]) -> str:

@@ -35,7 +35,7 @@ from unittest import mock
 import torch
 import torch.multiprocessing as mp
 
-from common import SHARED, header, pretraining_paused, quiet_machine
+from common import SHARED, add_allow_load, header, pretraining_paused, quiet_machine
 from spacy_elmo import ElmoOptions
 from spacy_elmo.pretrain.config import bf16_support, default_config, load_config
 from spacy_elmo.pretrain.trainer import Trainer
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="timed rounds (median reported)")
     parser.add_argument("--processes", type=int, default=1, help="one-thread DDP processes (gloo)")
     parser.add_argument("--pause-pretraining", action="store_true", help="SIGSTOP spacy_elmo pretrain runs meanwhile")
-    parser.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
+    add_allow_load(parser)
     parser.add_argument("--ddp-search", action="store_true", help="each setting also with DDP's unused-parameter search")
     args = parser.parse_args()
     with pretraining_paused(args.pause_pretraining), quiet_machine(args.allow_load):

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import header, load_sentences, quiet_machine  # noqa: E402
+from common import add_allow_load, header, load_sentences, quiet_machine  # noqa: E402
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -376,7 +376,7 @@ def abandon_report(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
+    add_allow_load(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     long = commands.add_parser("long", help="short requests' latency with and without a long one (nlp(text))")
     long.add_argument("--threads", type=int, default=7, help="threads sending short requests")

@@ -38,7 +38,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from common import (PRESETS, best_time, header, interleaved, load, load_sentences, pretraining_paused, quiet_machine,
+from common import (PRESETS, add_allow_load, best_time, header, interleaved, load, load_sentences, pretraining_paused, quiet_machine,
                     seeded_model)
 
 ModelFiles = Tuple[Optional[str], Optional[str]]
@@ -835,7 +835,7 @@ def ab(args: argparse.Namespace) -> None:
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     main.add_argument("--pause-pretraining", action="store_true", help="SIGSTOP spacy_elmo pretrain runs meanwhile")
-    main.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
+    add_allow_load(main)
     sub = main.add_subparsers(dest="command", required=True)
 
     def command(name: str, function: Callable, model: Optional[str] = None, **flags) -> argparse.ArgumentParser:

@@ -36,7 +36,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from common import ROOT, header, load, load_sentences, quiet_machine, seeded_model
+from common import ROOT, add_allow_load, header, load, load_sentences, quiet_machine, seeded_model
 
 BPE = Path(__file__).resolve().parent / "data" / "bbpe_ud_12k"
 ELMO = ("elmo-fp32", "elmo-int8")
@@ -206,6 +206,7 @@ def bpe(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_allow_load(p)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help=run.__doc__)
     r.add_argument("--sentences", type=int, default=300)
@@ -214,7 +215,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     r.add_argument("--old", help="root of an older checkout (a git worktree) whose ELMo is measured too")
     r.add_argument("--new", default=str(ROOT), help="root of the checkout measured (default: this one)")
     r.add_argument("--json", help="write every round's figures here")
-    r.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
     r.set_defaults(function=run)
     c = sub.add_parser("child", help=argparse.SUPPRESS)
     c.add_argument("config", choices=list(ELMO) + list(TRANSFORMERS))
@@ -227,7 +227,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     f.add_argument("--precision", default="int8")
     f.add_argument("--sentences", type=int, default=50)
     f.add_argument("--top", type=int, default=15)
-    f.add_argument("--allow-load", action="store_true", help="keep the figures even if other processes load the machine")
     f.set_defaults(function=profile)
     b = sub.add_parser("bpe", help=bpe.__doc__)
     b.add_argument("--vocab-size", type=int, default=12000)
