@@ -43,7 +43,7 @@ from common import (PRESETS, add_allow_load, best_time, header, interleaved, loa
 
 ModelFiles = Tuple[Optional[str], Optional[str]]
 MEASURES = ("pipe", "one-doc", "pipe-listener", "one-doc-listener", "threads8", "embed-batch1", "embed-batch32",
-            "memory-100k", "kept-2000", "kept-2000-listener-off")
+            "memory-100k", "kept-2000", "kept-2000-listener-off", "allennlp-finetune")
 LISTENING_TAGGER = {"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1"}}}
 
 
@@ -760,6 +760,18 @@ def measure_one(what: str, files: ModelFiles, precision: str, sentences: int, pa
         embedder = ElmoEmbedder(*files, precision=precision, threads=1)
         cpu = best_time(lambda: in_batches(embedder, batch, int(what[len("embed-batch"):])), passes)[1]
         return {**found, "value": sum(map(len, batch)) / cpu, "unit": "words per CPU-second"}
+    if what == "allennlp-finetune":
+        from spacy_elmo.allennlp import Elmo, batch_to_ids
+
+        batch = load_sentences("ud", "dev", 5, 40, sentences)
+        elmo = Elmo(*files, 2, requires_grad=True, do_layer_norm=True, dropout=0.0, threads=1)
+        ids = [batch_to_ids(batch[i : i + 32]) for i in range(0, len(batch), 32)]
+
+        def finetune_pass() -> None:
+            for chars in ids:
+                sum(r.sum() for r in elmo(chars)["elmo_representations"]).backward()
+
+        return {**found, "value": sum(map(len, batch)) / best_time(finetune_pass, passes)[1], "unit": "words per CPU-second"}
     if what.startswith("kept-2000"):
         import gc
         import tracemalloc
