@@ -7,6 +7,7 @@
     python benchmarks/speed.py threads                                         # 1 or 2 torch threads, busy or not
     python benchmarks/speed.py memory                                          # RSS over 100,000 Docs
     python benchmarks/speed.py finetune --budgets 1000000,500                  # a fine-tuning step's peak memory
+    python benchmarks/speed.py profile --precision int8                        # where a batch's time goes
     python benchmarks/speed.py products                                        # one LSTM product by rows
     python benchmarks/speed.py floor --preset original                         # one-Doc calls vs memory bandwidth
     python benchmarks/speed.py schedule --model embedded                       # the LSTM schedule vs a wavefront
@@ -169,6 +170,29 @@ def embed(args: argparse.Namespace) -> None:
               f"| {words / min(seconds):,.0f} | {' | '.join(ratios)} | {mean:.5f} / {low:.4f} |")
     for line in refused:
         print(f"refused: {line}")
+
+
+def profile(args: argparse.Namespace) -> None:
+    """Where a batch's time goes: ``torch.profiler``'s operators by self CPU time, for ``ElmoEmbedder.embed_batch`` on
+    ``--sentences`` UD-EWT dev sentences in batches of ``--batch-size``, no token cache, one thread, after a warm-up."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    from spacy_elmo import ElmoEmbedder
+
+    torch.set_num_threads(1)
+    sentences = load_sentences("ud", "dev", 5, 40, args.sentences)
+    with tempfile.TemporaryDirectory() as tmp:
+        embedder = ElmoEmbedder(*model_files(args.model, Path(tmp)), initial_state="zeros", cache_size=0,
+                                precision=args.precision, threads=1)
+        in_batches(embedder, sentences, args.batch_size)
+        with torch_profile(activities=[ProfilerActivity.CPU]) as profiled:
+            start = time.process_time()
+            in_batches(embedder, sentences, args.batch_size)
+            seconds = time.process_time() - start
+    header(sys.argv)
+    print(f"{args.model}, {args.precision}, batches of {args.batch_size}: {seconds:.3f} CPU-s (profiled)\n")
+    print(profiled.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
 
 
 def precision_settings(precisions: str, int8_kernels: Optional[str]) -> List[str]:
@@ -877,6 +901,7 @@ def parser() -> argparse.ArgumentParser:
     finetune_parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     finetune_parser.add_argument("--options", help=argparse.SUPPRESS)
     finetune_parser.add_argument("--weights", help=argparse.SUPPRESS)
+    command("profile", profile, model="embedded", precision="fp32", sentences=200, batch_size=32, top=18)
     command("products", products, preset="small", precision="fp32,int8,int8-onednn", rows="1,8,22,64")
     command("floor", floor, preset="original", sentences=12, rounds=3)
     command("schedule", schedule, model="embedded", rows="1,8,32,128", steps=22, rounds=5)
